@@ -1,0 +1,1 @@
+"""Command-line entry points: one console script, one subcommand per role or tool."""

@@ -1,0 +1,169 @@
+"""Configuration for every role, in one place: defaults < TOML file < CURVINE_* env < flags.
+
+Each role has a frozen dataclass. `load(cls, section, toml_path, flags)` layers the sources and
+validates types; an unknown key in the TOML file or a value of the wrong type is an error at start,
+not a surprise later. Env names are CURVINE_<FIELD> (e.g. CURVINE_MASTER, CURVINE_TOKEN).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar, get_type_hints
+
+from curvine_py.core.errors import InvalidArgument
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+DEFAULT_MASTER_PORT = 8995   # Curvine's ports, so operators find what they expect
+DEFAULT_WORKER_PORT = 8997
+DEFAULT_LM_PORT = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MasterConfig:
+    data_dir: str = "/var/lib/curvine-py/master"
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_MASTER_PORT
+    token: str = ""
+    insecure: bool = False
+    block_size: int = 64 * MiB
+    heartbeat_interval_ms: int = 1000
+    lease_ms: int = 5000            # a worker silent this long leaves the membership view
+    default_replicas_durable: int = 2
+    root_policy_class: str = "durable"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    master: str = "127.0.0.1:8995"
+    data_dirs: tuple[str, ...] = ()   # "DIR[:CAPACITY]"
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_WORKER_PORT
+    lm_port: int = DEFAULT_LM_PORT
+    node: str = ""                    # node name; default: hostname
+    token: str = ""
+    insecure: bool = False
+    worker_id: str = ""               # default: persisted in the first data dir
+    max_payload: int = 256 * MiB
+    max_key_bytes: int = 1024
+    high_watermark: float = 0.90
+    low_watermark: float = 0.75
+    pin_grace_ms: int = 30_000        # an EXISTS hit stays readable this long
+    unix_socket: str = ""             # short-circuit socket; default: <first data dir>/worker.sock
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    master: str = "127.0.0.1:8995"
+    token: str = ""
+    node: str = ""
+    rpc_timeout_s: float = 5.0
+    data_timeout_s: float = 10.0
+    membership_refresh_s: float = 2.0
+    kv_replicas: int = 1
+    max_payload: int = 256 * MiB
+    short_circuit: bool = True
+    connections_per_worker: int = 4
+
+
+T = TypeVar("T")
+
+
+def _coerce(name: str, kind: Any, value: Any) -> Any:
+    try:
+        if kind is bool:
+            if isinstance(value, str):
+                if value.lower() in ("1", "true", "yes", "on"):
+                    return True
+                if value.lower() in ("0", "false", "no", "off", ""):
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if kind in (int, float, str):
+            return kind(value)
+        if kind == tuple[str, ...]:
+            if isinstance(value, str):
+                return tuple(v for v in value.split(",") if v)
+            return tuple(str(v) for v in value)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"config {name}: {value!r} is not a valid {kind}") from None
+    raise InvalidArgument(f"config {name}: unsupported type {kind}")
+
+
+def load(cls: type[T], *, section: str, toml_path: str | None = None,
+         flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> T:
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    if toml_path:
+        with open(toml_path, "rb") as fh:
+            table = tomllib.load(fh).get(section, {})
+        unknown = set(table) - names
+        if unknown:
+            raise InvalidArgument(f"unknown keys in [{section}] of {toml_path}: {sorted(unknown)}")
+        values.update(table)
+    environ = os.environ if env is None else env
+    for name in names:
+        key = f"CURVINE_{name.upper()}"
+        if key in environ:
+            values[name] = environ[key]
+    for name, value in (flags or {}).items():
+        if name in names and value is not None:
+            values[name] = value
+    return cls(**{k: _coerce(k, hints[k], v) for k, v in values.items()})
+
+
+def split_address(address: str, default_port: int) -> tuple[str, int]:
+    """'host:port', 'host' or '[v6]:port' -> (host, port)."""
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
+        port = rest.lstrip(":")
+    else:
+        host, sep, port = address.rpartition(":")
+        if not sep:
+            host, port = address, ""
+    try:
+        return host or "127.0.0.1", int(port) if port else default_port
+    except ValueError:
+        raise InvalidArgument(f"bad address {address!r}, expected HOST:PORT") from None
+
+
+def parse_data_dir(spec: str) -> tuple[str, int]:
+    """'DIR[:CAPACITY]' with CAPACITY like 100GB, 512MiB or bytes; 0 = the filesystem's size."""
+    path, sep, cap = spec.rpartition(":")
+    if not sep or "/" in cap:
+        return spec, 0
+    return path, parse_size(cap)
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": MiB, "mb": MiB, "mib": MiB,
+          "g": GiB, "gb": GiB, "gib": GiB, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    raw = text.strip().lower()
+    digits = raw.rstrip("kmgtib")
+    unit = raw[len(digits):]
+    if unit not in _UNITS:
+        raise InvalidArgument(f"bad size {text!r}")
+    try:
+        return int(float(digits) * _UNITS[unit])
+    except ValueError:
+        raise InvalidArgument(f"bad size {text!r}") from None
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def require_secure(host: str, token: str, insecure: bool, role: str) -> None:
+    """Cluster mode refuses to start open on a non-loopback address unless told --insecure."""
+    if not is_loopback(host) and not token and not insecure:
+        raise InvalidArgument(f"{role}: refusing to listen on {host} without --token "
+                              "(pass --insecure to run an open cluster)")
+
+

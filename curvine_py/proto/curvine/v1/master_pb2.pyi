@@ -1,0 +1,406 @@
+from curvine_py.proto.curvine.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Empty(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Caller(_message.Message):
+    __slots__ = ("uid", "gid")
+    UID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    uid: int
+    gid: int
+    def __init__(self, uid: _Optional[int] = ..., gid: _Optional[int] = ...) -> None: ...
+
+class InodeRequest(_message.Message):
+    __slots__ = ("ino",)
+    INO_FIELD_NUMBER: _ClassVar[int]
+    ino: int
+    def __init__(self, ino: _Optional[int] = ...) -> None: ...
+
+class PathRequest(_message.Message):
+    __slots__ = ("path", "follow_symlinks")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_SYMLINKS_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    follow_symlinks: bool
+    def __init__(self, path: _Optional[str] = ..., follow_symlinks: _Optional[bool] = ...) -> None: ...
+
+class AttrReply(_message.Message):
+    __slots__ = ("attr",)
+    ATTR_FIELD_NUMBER: _ClassVar[int]
+    attr: _common_pb2.Attr
+    def __init__(self, attr: _Optional[_Union[_common_pb2.Attr, _Mapping]] = ...) -> None: ...
+
+class LookupRequest(_message.Message):
+    __slots__ = ("parent", "name")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    parent: int
+    name: str
+    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
+
+class CreateRequest(_message.Message):
+    __slots__ = ("parent", "name", "type", "mode", "caller", "rdev", "symlink_target", "exclusive", "truncate")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    RDEV_FIELD_NUMBER: _ClassVar[int]
+    SYMLINK_TARGET_FIELD_NUMBER: _ClassVar[int]
+    EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    parent: int
+    name: str
+    type: _common_pb2.FileType
+    mode: int
+    caller: Caller
+    rdev: int
+    symlink_target: str
+    exclusive: bool
+    truncate: bool
+    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ..., type: _Optional[_Union[_common_pb2.FileType, str]] = ..., mode: _Optional[int] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ..., rdev: _Optional[int] = ..., symlink_target: _Optional[str] = ..., exclusive: _Optional[bool] = ..., truncate: _Optional[bool] = ...) -> None: ...
+
+class SetAttrRequest(_message.Message):
+    __slots__ = ("ino", "mode", "uid", "gid", "size", "atime_ns", "mtime_ns", "atime_now", "mtime_now", "ctime_ns")
+    INO_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    ATIME_NS_FIELD_NUMBER: _ClassVar[int]
+    MTIME_NS_FIELD_NUMBER: _ClassVar[int]
+    ATIME_NOW_FIELD_NUMBER: _ClassVar[int]
+    MTIME_NOW_FIELD_NUMBER: _ClassVar[int]
+    CTIME_NS_FIELD_NUMBER: _ClassVar[int]
+    ino: int
+    mode: int
+    uid: int
+    gid: int
+    size: int
+    atime_ns: int
+    mtime_ns: int
+    atime_now: bool
+    mtime_now: bool
+    ctime_ns: int
+    def __init__(self, ino: _Optional[int] = ..., mode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., size: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., atime_now: _Optional[bool] = ..., mtime_now: _Optional[bool] = ..., ctime_ns: _Optional[int] = ...) -> None: ...
+
+class LinkRequest(_message.Message):
+    __slots__ = ("ino", "new_parent", "new_name")
+    INO_FIELD_NUMBER: _ClassVar[int]
+    NEW_PARENT_FIELD_NUMBER: _ClassVar[int]
+    NEW_NAME_FIELD_NUMBER: _ClassVar[int]
+    ino: int
+    new_parent: int
+    new_name: str
+    def __init__(self, ino: _Optional[int] = ..., new_parent: _Optional[int] = ..., new_name: _Optional[str] = ...) -> None: ...
+
+class UnlinkRequest(_message.Message):
+    __slots__ = ("parent", "name", "directory", "keep_orphan")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ORPHAN_FIELD_NUMBER: _ClassVar[int]
+    parent: int
+    name: str
+    directory: bool
+    keep_orphan: bool
+    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ..., directory: _Optional[bool] = ..., keep_orphan: _Optional[bool] = ...) -> None: ...
+
+class UnlinkReply(_message.Message):
+    __slots__ = ("ino", "nlink")
+    INO_FIELD_NUMBER: _ClassVar[int]
+    NLINK_FIELD_NUMBER: _ClassVar[int]
+    ino: int
+    nlink: int
+    def __init__(self, ino: _Optional[int] = ..., nlink: _Optional[int] = ...) -> None: ...
+
+class RenameRequest(_message.Message):
+    __slots__ = ("parent", "name", "new_parent", "new_name", "flags")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NEW_PARENT_FIELD_NUMBER: _ClassVar[int]
+    NEW_NAME_FIELD_NUMBER: _ClassVar[int]
+    FLAGS_FIELD_NUMBER: _ClassVar[int]
+    parent: int
+    name: str
+    new_parent: int
+    new_name: str
+    flags: int
+    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ..., new_parent: _Optional[int] = ..., new_name: _Optional[str] = ..., flags: _Optional[int] = ...) -> None: ...
+
+class RenameReply(_message.Message):
+    __slots__ = ("replaced_ino", "replaced_nlink")
+    REPLACED_INO_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_NLINK_FIELD_NUMBER: _ClassVar[int]
+    replaced_ino: int
+    replaced_nlink: int
+    def __init__(self, replaced_ino: _Optional[int] = ..., replaced_nlink: _Optional[int] = ...) -> None: ...
+
+class ReadDirRequest(_message.Message):
+    __slots__ = ("ino", "after_name", "limit")
+    INO_FIELD_NUMBER: _ClassVar[int]
+    AFTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    ino: int
+    after_name: str
+    limit: int
+    def __init__(self, ino: _Optional[int] = ..., after_name: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class DirEntry(_message.Message):
+    __slots__ = ("name", "attr")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ATTR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    attr: _common_pb2.Attr
+    def __init__(self, name: _Optional[str] = ..., attr: _Optional[_Union[_common_pb2.Attr, _Mapping]] = ...) -> None: ...
+
+class ReadDirReply(_message.Message):
+    __slots__ = ("entries", "more")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[DirEntry]
+    more: bool
+    def __init__(self, entries: _Optional[_Iterable[_Union[DirEntry, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class ReadLinkReply(_message.Message):
+    __slots__ = ("target",)
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    target: str
+    def __init__(self, target: _Optional[str] = ...) -> None: ...
+
+class XattrRequest(_message.Message):
+    __slots__ = ("ino", "name", "value", "flags")
+    INO_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    FLAGS_FIELD_NUMBER: _ClassVar[int]
+    ino: int
+    name: str
+    value: bytes
+    flags: int
+    def __init__(self, ino: _Optional[int] = ..., name: _Optional[str] = ..., value: _Optional[bytes] = ..., flags: _Optional[int] = ...) -> None: ...
+
+class XattrReply(_message.Message):
+    __slots__ = ("value", "names")
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    value: bytes
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, value: _Optional[bytes] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class StatFsReply(_message.Message):
+    __slots__ = ("capacity", "used", "available", "files", "block_size")
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    capacity: int
+    used: int
+    available: int
+    files: int
+    block_size: int
+    def __init__(self, capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., files: _Optional[int] = ..., block_size: _Optional[int] = ...) -> None: ...
+
+class BlockInfo(_message.Message):
+    __slots__ = ("index", "block_id", "length", "checksum", "worker_ids")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_ID_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    CHECKSUM_FIELD_NUMBER: _ClassVar[int]
+    WORKER_IDS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    block_id: int
+    length: int
+    checksum: int
+    worker_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, index: _Optional[int] = ..., block_id: _Optional[int] = ..., length: _Optional[int] = ..., checksum: _Optional[int] = ..., worker_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class BlocksReply(_message.Message):
+    __slots__ = ("attr", "blocks", "policy")
+    ATTR_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    attr: _common_pb2.Attr
+    blocks: _containers.RepeatedCompositeFieldContainer[BlockInfo]
+    policy: _common_pb2.Policy
+    def __init__(self, attr: _Optional[_Union[_common_pb2.Attr, _Mapping]] = ..., blocks: _Optional[_Iterable[_Union[BlockInfo, _Mapping]]] = ..., policy: _Optional[_Union[_common_pb2.Policy, _Mapping]] = ...) -> None: ...
+
+class AddBlockRequest(_message.Message):
+    __slots__ = ("ino", "index", "client_node")
+    INO_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_NODE_FIELD_NUMBER: _ClassVar[int]
+    ino: int
+    index: int
+    client_node: str
+    def __init__(self, ino: _Optional[int] = ..., index: _Optional[int] = ..., client_node: _Optional[str] = ...) -> None: ...
+
+class AddBlockReply(_message.Message):
+    __slots__ = ("block_id", "worker_ids", "storage_class", "ttl_ms", "block_size")
+    BLOCK_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_IDS_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_CLASS_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    block_id: int
+    worker_ids: _containers.RepeatedScalarFieldContainer[str]
+    storage_class: _common_pb2.StorageClass
+    ttl_ms: int
+    block_size: int
+    def __init__(self, block_id: _Optional[int] = ..., worker_ids: _Optional[_Iterable[str]] = ..., storage_class: _Optional[_Union[_common_pb2.StorageClass, str]] = ..., ttl_ms: _Optional[int] = ..., block_size: _Optional[int] = ...) -> None: ...
+
+class CommitFileRequest(_message.Message):
+    __slots__ = ("ino", "size", "blocks", "set_mtime")
+    INO_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    SET_MTIME_FIELD_NUMBER: _ClassVar[int]
+    ino: int
+    size: int
+    blocks: _containers.RepeatedCompositeFieldContainer[BlockInfo]
+    set_mtime: bool
+    def __init__(self, ino: _Optional[int] = ..., size: _Optional[int] = ..., blocks: _Optional[_Iterable[_Union[BlockInfo, _Mapping]]] = ..., set_mtime: _Optional[bool] = ...) -> None: ...
+
+class SetPolicyRequest(_message.Message):
+    __slots__ = ("path", "policy")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    policy: _common_pb2.Policy
+    def __init__(self, path: _Optional[str] = ..., policy: _Optional[_Union[_common_pb2.Policy, _Mapping]] = ...) -> None: ...
+
+class PolicyReply(_message.Message):
+    __slots__ = ("policy", "path")
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    policy: _common_pb2.Policy
+    path: str
+    def __init__(self, policy: _Optional[_Union[_common_pb2.Policy, _Mapping]] = ..., path: _Optional[str] = ...) -> None: ...
+
+class WorkerInfo(_message.Message):
+    __slots__ = ("worker_id", "host", "port", "unix_socket", "node", "capacity", "used", "available", "lm_port", "live", "last_heartbeat_ms", "blocks", "objects", "evictions")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    UNIX_SOCKET_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    LM_PORT_FIELD_NUMBER: _ClassVar[int]
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    host: str
+    port: int
+    unix_socket: str
+    node: str
+    capacity: int
+    used: int
+    available: int
+    lm_port: int
+    live: bool
+    last_heartbeat_ms: int
+    blocks: int
+    objects: int
+    evictions: int
+    def __init__(self, worker_id: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., unix_socket: _Optional[str] = ..., node: _Optional[str] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., lm_port: _Optional[int] = ..., live: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., blocks: _Optional[int] = ..., objects: _Optional[int] = ..., evictions: _Optional[int] = ...) -> None: ...
+
+class RegisterWorkerRequest(_message.Message):
+    __slots__ = ("info", "block_ids")
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
+    info: WorkerInfo
+    block_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, info: _Optional[_Union[WorkerInfo, _Mapping]] = ..., block_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RegisterWorkerReply(_message.Message):
+    __slots__ = ("cluster_id", "epoch", "heartbeat_interval_ms", "lease_ms", "delete_block_ids")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    DELETE_BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    epoch: int
+    heartbeat_interval_ms: int
+    lease_ms: int
+    delete_block_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, cluster_id: _Optional[str] = ..., epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., lease_ms: _Optional[int] = ..., delete_block_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("worker_id", "capacity", "used", "available", "evicted_block_ids", "bad_block_ids", "blocks", "objects", "evictions")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
+    BAD_BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    capacity: int
+    used: int
+    available: int
+    evicted_block_ids: _containers.RepeatedScalarFieldContainer[int]
+    bad_block_ids: _containers.RepeatedScalarFieldContainer[int]
+    blocks: int
+    objects: int
+    evictions: int
+    def __init__(self, worker_id: _Optional[str] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., evicted_block_ids: _Optional[_Iterable[int]] = ..., bad_block_ids: _Optional[_Iterable[int]] = ..., blocks: _Optional[int] = ..., objects: _Optional[int] = ..., evictions: _Optional[int] = ...) -> None: ...
+
+class HeartbeatReply(_message.Message):
+    __slots__ = ("epoch", "reregister", "delete_block_ids")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REREGISTER_FIELD_NUMBER: _ClassVar[int]
+    DELETE_BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    reregister: bool
+    delete_block_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, epoch: _Optional[int] = ..., reregister: _Optional[bool] = ..., delete_block_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Membership(_message.Message):
+    __slots__ = ("epoch", "workers", "cluster_id")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
+    cluster_id: str
+    def __init__(self, epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
+
+class ClusterReport(_message.Message):
+    __slots__ = ("cluster_id", "epoch", "workers", "capacity", "used", "available", "files", "directories", "blocks")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORIES_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    epoch: int
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
+    capacity: int
+    used: int
+    available: int
+    files: int
+    directories: int
+    blocks: int
+    def __init__(self, cluster_id: _Optional[str] = ..., epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., files: _Optional[int] = ..., directories: _Optional[int] = ..., blocks: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""Control-plane plumbing shared by master, worker, clients: gRPC errors, auth, conversions."""

@@ -1,0 +1,99 @@
+"""CurvineError <-> gRPC status, one table.
+
+The server aborts with the status code of the table and the errno name in trailing metadata
+`curvine-errno`; the client rebuilds the exact `CurvineError` subclass from it. Transport failures
+(UNAVAILABLE, DEADLINE_EXCEEDED without our metadata) become `Unavailable` / `Timeout`.
+"""
+from __future__ import annotations
+
+import errno as E
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from curvine_py.core import errors
+from curvine_py.core.errors import CurvineError
+
+log = logging.getLogger(__name__)
+
+ERRNO_METADATA = "curvine-errno"
+
+_STATUS_BY_ERRNO: dict[int, grpc.StatusCode] = {
+    E.ENOENT: grpc.StatusCode.NOT_FOUND,
+    E.ENODATA: grpc.StatusCode.NOT_FOUND,
+    E.EEXIST: grpc.StatusCode.ALREADY_EXISTS,
+    E.ENOTEMPTY: grpc.StatusCode.FAILED_PRECONDITION,
+    E.ENOTDIR: grpc.StatusCode.FAILED_PRECONDITION,
+    E.EISDIR: grpc.StatusCode.FAILED_PRECONDITION,
+    E.ESTALE: grpc.StatusCode.FAILED_PRECONDITION,
+    E.EACCES: grpc.StatusCode.PERMISSION_DENIED,
+    E.EPERM: grpc.StatusCode.PERMISSION_DENIED,
+    E.EINVAL: grpc.StatusCode.INVALID_ARGUMENT,
+    E.ENAMETOOLONG: grpc.StatusCode.INVALID_ARGUMENT,
+    E.ENOSPC: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    E.EFBIG: grpc.StatusCode.OUT_OF_RANGE,
+    E.EHOSTUNREACH: grpc.StatusCode.UNAVAILABLE,
+    E.ETIMEDOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
+    E.EOPNOTSUPP: grpc.StatusCode.UNIMPLEMENTED,
+    E.EIO: grpc.StatusCode.INTERNAL,
+}
+
+_ERRNO_BY_STATUS: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.UNAVAILABLE: E.EHOSTUNREACH,
+    grpc.StatusCode.DEADLINE_EXCEEDED: E.ETIMEDOUT,
+    grpc.StatusCode.CANCELLED: E.EINTR,
+    grpc.StatusCode.UNAUTHENTICATED: E.EACCES,
+    grpc.StatusCode.PERMISSION_DENIED: E.EACCES,
+    grpc.StatusCode.NOT_FOUND: E.ENOENT,
+    grpc.StatusCode.ALREADY_EXISTS: E.EEXIST,
+    grpc.StatusCode.INVALID_ARGUMENT: E.EINVAL,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: E.ENOSPC,
+    grpc.StatusCode.UNIMPLEMENTED: E.EOPNOTSUPP,
+}
+
+
+def status_for(exc: CurvineError) -> grpc.StatusCode:
+    return _STATUS_BY_ERRNO.get(exc.errno, grpc.StatusCode.UNKNOWN)
+
+
+def from_rpc_error(exc: grpc.RpcError) -> CurvineError:
+    """Client side: the CurvineError a failed call stands for."""
+    code: grpc.StatusCode = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == ERRNO_METADATA:
+            return errors.from_errno(errors.errno_from_name(str(value)), details or "")
+    code_errno = _ERRNO_BY_STATUS.get(code, E.EIO)
+    return errors.from_errno(code_errno, f"{code.name}: {details}")
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+async def abort_with(context: grpc.aio.ServicerContext, exc: CurvineError) -> NoReturn:
+    context.set_trailing_metadata(((ERRNO_METADATA, errors.errno_name(exc.errno)),))
+    await context.abort(status_for(exc), exc.message)
+    raise AssertionError("unreachable")  # context.abort raises
+
+
+def grpc_method(func: F) -> F:
+    """Decorates an async servicer method: CurvineError -> its status; anything else is logged and
+    answered INTERNAL (the server keeps serving)."""
+
+    @functools.wraps(func)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await func(self, request, context)
+        except CurvineError as exc:
+            await abort_with(context, exc)
+        except (grpc.aio.AbortError, grpc.aio.BaseError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - boundary: never let a bug kill the server
+            log.exception("internal error in %s", func.__name__)
+            await abort_with(context, CurvineError(f"internal error: {exc}"))
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,1 @@
+"""Data-plane transports over the sans-IO codec in core/frames.py."""
