@@ -1,0 +1,37 @@
+"""Shared plumbing of the client tools: --master/--token/--config options (CURVINE_MASTER and
+CURVINE_TOKEN stand in for them) and one error boundary that prints a clear message."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+
+from curvine_py.client import CurvineClient
+from curvine_py.config import ClientConfig, load
+from curvine_py.core.errors import CurvineError, errno_name
+
+
+def add_client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--master", help="HOST:PORT of the master (env CURVINE_MASTER)")
+    parser.add_argument("--token", help="shared-secret token (env CURVINE_TOKEN)")
+    parser.add_argument("--config", help="TOML config file ([client] section)")
+    parser.add_argument("--timeout", type=float, help="seconds per RPC (default 5)")
+
+
+def client_from(args: argparse.Namespace) -> CurvineClient:
+    config = load(ClientConfig, section="client", toml_path=args.config,
+                  flags={"master": args.master, "token": args.token, "rpc_timeout_s": args.timeout})
+    return CurvineClient(config=config)
+
+
+def run_tool(name: str, action: Callable[[], int]) -> int:
+    """Runs a tool body; a CurvineError becomes `curvine-py NAME: <message> (ERRNO)` and exit 1."""
+    logging.basicConfig(level=logging.WARNING, format=f"%(levelname)s {name}: %(message)s")
+    try:
+        return action()
+    except CurvineError as exc:
+        print(f"curvine-py {name}: {exc.message} ({errno_name(exc.errno)})", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0

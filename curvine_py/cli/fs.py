@@ -1,0 +1,101 @@
+"""`curvine-py fs`: ls mkdir put get cat rm mv stat du df (as Curvine's `cv fs`)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from curvine_py.cli.common import add_client_options, client_from, run_tool
+from curvine_py.client import CurvineClient, FileStatus
+
+
+def _line(status: FileStatus) -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(status.mtime_ns / 1e9))
+    import stat as st
+    return f"{st.filemode(status.mode)} {status.nlink:>3} {status.uid:>5} {status.gid:>5} {status.size:>14} {stamp} {status.path}"
+
+
+def _human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{n} B"
+        size /= 1024
+    return str(n)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="curvine-py fs", description=__doc__)
+    add_client_options(p)
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("ls").add_argument("path", nargs="?", default="/")
+    mk = sub.add_parser("mkdir")
+    mk.add_argument("path")
+    mk.add_argument("-p", "--parents", action="store_true")
+    put = sub.add_parser("put", help="upload a local file")
+    put.add_argument("local")
+    put.add_argument("path")
+    get = sub.add_parser("get", help="download to a local file")
+    get.add_argument("path")
+    get.add_argument("local")
+    sub.add_parser("cat").add_argument("path")
+    rm = sub.add_parser("rm")
+    rm.add_argument("path")
+    rm.add_argument("-r", "--recursive", action="store_true")
+    mv = sub.add_parser("mv")
+    mv.add_argument("src")
+    mv.add_argument("dst")
+    stat = sub.add_parser("stat")
+    stat.add_argument("path")
+    stat.add_argument("--json", action="store_true")
+    sub.add_parser("du").add_argument("path", nargs="?", default="/")
+    sub.add_parser("df")
+    return p
+
+
+def execute(client: CurvineClient, args: argparse.Namespace) -> int:
+    fs = client.fs
+    match args.command:
+        case "ls":
+            for entry in fs.ls(args.path):
+                print(_line(entry))
+        case "mkdir":
+            fs.mkdir(args.path, parents=args.parents)
+        case "put":
+            print(f"{fs.put(args.local, args.path).size} bytes -> {args.path}")
+        case "get":
+            print(f"{fs.get(args.path, args.local)} bytes -> {args.local}")
+        case "cat":
+            with fs.open(args.path) as handle:
+                out = sys.stdout.buffer
+                while chunk := handle.read(1 << 20):
+                    out.write(chunk)
+                out.flush()
+        case "rm":
+            fs.rm(args.path, recursive=args.recursive)
+        case "mv":
+            fs.rename(args.src, args.dst)
+        case "stat":
+            status = fs.stat(args.path, follow_symlinks=False)
+            if args.json:
+                print(json.dumps({k: getattr(status, k) for k in status.__slots__}))
+            else:
+                print(_line(status))
+        case "du":
+            print(f"{fs.du(args.path)}\t{args.path}")
+        case "df":
+            info = fs.df()
+            print(f"capacity {_human(info.capacity)}  used {_human(info.used)}  "
+                  f"available {_human(info.available)}  files {info.files}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+
+    def body() -> int:
+        with client_from(args) as client:
+            return execute(client, args)
+
+    return run_tool("fs", body)

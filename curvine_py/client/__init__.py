@@ -1,0 +1,56 @@
+"""Client library: files (close-to-open) and KV objects (rendezvous-placed), blocking and asyncio.
+
+    from curvine_py.client import CurvineClient
+    with CurvineClient("127.0.0.1:8995") as c:
+        c.fs.put("/local/file", "/remote/file")
+        c.kv.put("key", b"bytes")
+        data = c.kv.get("key")          # None on a miss
+"""
+from __future__ import annotations
+
+import socket
+from typing import Self
+
+from curvine_py.client.files import BlockStore, CurvineFile
+from curvine_py.client.fs import FileSystem
+from curvine_py.client.kv import KVClient
+from curvine_py.client.master import MasterClient
+from curvine_py.client.membership import MembershipCache
+from curvine_py.client.types import FileStatus
+from curvine_py.client.workerio import WorkerIO
+from curvine_py.config import ClientConfig
+
+__all__ = ["ClientConfig", "CurvineClient", "CurvineFile", "FileStatus"]
+
+
+class CurvineClient:
+    def __init__(self, master: str | None = None, *, config: ClientConfig | None = None, **overrides: object) -> None:
+        base = config or ClientConfig()
+        if master is not None:
+            overrides["master"] = master
+        if overrides:
+            base = ClientConfig(**{**_asdict(base), **overrides})  # type: ignore[arg-type]
+        self.config = base
+        self.node = base.node or socket.gethostname()
+        self.master = MasterClient(base.master, token=base.token, timeout_s=base.rpc_timeout_s)
+        self.membership = MembershipCache(self.master.membership, base.membership_refresh_s)
+        self.io = WorkerIO(base, self.node)
+        self.blocks = BlockStore(self.master, self.membership, self.io)
+        self.fs = FileSystem(self.master, self.blocks, self.node)
+        self.kv = KVClient(self.membership, self.io, replicas=base.kv_replicas)
+
+    def close(self) -> None:
+        self.blocks.close()
+        self.io.close()
+        self.master.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def _asdict(config: ClientConfig) -> dict[str, object]:
+    import dataclasses
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}

@@ -1,0 +1,278 @@
+"""Files: blocks on workers, metadata on the master, close-to-open consistency.
+
+A `CurvineFile` keeps the file's block map (from GetBlocks at open) and a set of dirty blocks in
+memory. Writes land in dirty block buffers; `flush()` writes each dirty block as a NEW block
+(copy-on-write: a reader that opened earlier keeps reading the old blocks) to its workers, then
+commits size and block map to the master in one call. Other clients see the new content at their
+next open (close-to-open, as Curvine/HDFS). Missing blocks and bytes beyond a block's stored length
+read as zeros, so holes and truncate-extend cost nothing.
+
+Concurrency: one CurvineFile is not thread-safe; callers (FUSE) serialise access per inode.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from curvine_py.client.buffers import aligned
+from curvine_py.client.master import MasterClient
+from curvine_py.client.membership import MembershipCache
+from curvine_py.client.workerio import WorkerIO
+from curvine_py.core import frames, layout
+from curvine_py.core.errors import Corrupt, CurvineError, InvalidArgument, Timeout, Unavailable
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.proto.curvine.v1 import master_pb2 as pb
+from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BLOCK_SIZE = 64 << 20
+
+
+class _DirtyBlock:
+    __slots__ = ("buffer", "length")
+
+    def __init__(self, buffer: memoryview, length: int) -> None:
+        self.buffer = buffer      # block_size bytes, page-aligned
+        self.length = length      # bytes of the block that are meaningful (high-water mark)
+
+
+class BlockStore:
+    """Reads and writes whole blocks on workers for files (shared by every open file)."""
+
+    def __init__(self, master: MasterClient, membership: MembershipCache, io_: WorkerIO) -> None:
+        self.master = master
+        self.membership = membership
+        self.io = io_
+        self._fanout = ThreadPoolExecutor(max_workers=4, thread_name_prefix="block-fanout")
+
+    def close(self) -> None:
+        self._fanout.shutdown(wait=False, cancel_futures=True)
+
+    def read(self, block: pb.BlockInfo, offset: int, length: int, out: memoryview | None = None) -> memoryview:
+        """Bytes [offset, offset+length) of a stored block; offset must be chunk-aligned and the
+        range must end on a chunk boundary or at the block's end (so every chunk is verifiable)."""
+        view = self.membership.view()
+        request = DataHeader(block_id=block.block_id, offset=offset, length=length)
+        errors: list[CurvineError] = []
+        candidates = [w for w in block.worker_ids if w in view.workers]
+        for worker_id in candidates:
+            try:
+                _reply, data = self.io.read(view.workers[worker_id], frames.Op.READ_BLOCK, request, out,
+                                            whole=False)
+            except (Unavailable, Timeout, Corrupt) as exc:
+                errors.append(exc)
+                continue
+            if data is None or len(data) != length:
+                errors.append(Corrupt(f"block {block.block_id:x}: short read"))
+                continue
+            return data
+        if errors:
+            raise errors[-1]
+        raise Unavailable(f"block {block.block_id:x}: none of its workers {list(block.worker_ids)} is live")
+
+    def write(self, ino: int, index: int, data: memoryview, node: str) -> pb.BlockInfo:
+        """Allocates a block and writes it to all its workers in parallel (client fan-out, as
+        Curvine); succeeds when every replica acknowledged."""
+        grant = self.master.add_block(ino, index, node)
+        digest = layout.object_checksum(data)
+        view = self.membership.view()
+        missing = [w for w in grant.worker_ids if w not in view.workers]
+        if missing:
+            view = self.membership.refresh()
+        header = DataHeader(block_id=grant.block_id, length=len(data), checksum=digest,
+                            storage_class=grant.storage_class, ttl_ms=grant.ttl_ms)
+
+        def send(worker_id: str) -> str:
+            worker = view.workers.get(worker_id)
+            if worker is None:
+                raise Unavailable(f"worker {worker_id} chosen for block {grant.block_id:x} is not live")
+            self.io.call(worker, frames.Op.WRITE_BLOCK, header, data)
+            return worker_id
+
+        if len(grant.worker_ids) == 1:
+            written = [send(grant.worker_ids[0])]
+        else:
+            written = list(self._fanout.map(send, grant.worker_ids))
+        return pb.BlockInfo(index=index, block_id=grant.block_id, length=len(data), checksum=digest,
+                            worker_ids=written)
+
+
+class CurvineFile(io.RawIOBase):
+    """An open regular file. Positional API (pread/pwrite) for FUSE, stream API for everyone."""
+
+    def __init__(self, store: BlockStore, attr: cpb.Attr, *, node: str, writable: bool,
+                 append: bool = False, on_close: Callable[[], None] | None = None) -> None:
+        super().__init__()
+        self._store = store
+        self.ino = attr.ino
+        self._node = node
+        self._writable = writable
+        self._append = append
+        self._on_close = on_close
+        self._lock = threading.RLock()
+        self._dirty: dict[int, _DirtyBlock] = {}
+        self._size_dirty = False
+        self._uncommitted: list[pb.BlockInfo] = []   # written to workers, not yet committed
+        self._position = 0
+        self._reload(store.master.get_blocks(attr.ino))
+
+    def _reload(self, reply: pb.BlocksReply) -> None:
+        self.size = reply.attr.size
+        self.block_size = reply.attr.block_size or reply.policy.block_size or DEFAULT_BLOCK_SIZE
+        self._blocks = {b.index: b for b in reply.blocks}
+
+    # -- io.RawIOBase ------------------------------------------------------------------------
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return self._writable
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise InvalidArgument("negative seek position")
+        self._position = base + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        n = self.pread_into(self._position, memoryview(buffer).cast("B"))
+        self._position += n
+        return n
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._append:
+            self._position = self.size
+        n = self.pwrite(self._position, data)
+        self._position += n
+        return n
+
+    def flush(self) -> None:
+        if not self.closed:
+            self.commit()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self.commit()
+        finally:
+            super().close()
+            self._dirty.clear()
+            if self._on_close:
+                self._on_close()
+
+    # -- positional API ----------------------------------------------------------------------
+    def pread(self, offset: int, size: int) -> bytes:
+        buffer = bytearray(max(0, min(size, self.size - offset)))
+        n = self.pread_into(offset, memoryview(buffer))
+        return bytes(buffer[:n])
+
+    def pread_into(self, offset: int, out: memoryview) -> int:
+        with self._lock:
+            length = max(0, min(len(out), self.size - offset))
+            for extent in layout.extents(offset, length, self.block_size):
+                target = out[extent.buffer_offset:extent.buffer_offset + extent.length]
+                self._read_extent(extent.index, extent.block_offset, target)
+            return length
+
+    def _read_extent(self, index: int, inner: int, target: memoryview) -> None:
+        dirty = self._dirty.get(index)
+        if dirty is not None:
+            target[:] = dirty.buffer[inner:inner + len(target)]
+            return
+        block = self._blocks.get(index)
+        stored = min(len(target), max(0, (block.length if block else 0) - inner))
+        if stored < len(target):
+            target[stored:] = bytes(len(target) - stored)  # hole or beyond the block's end
+        if stored == 0 or block is None:
+            return
+        chunk = layout.CHUNK_SIZE
+        start = inner - inner % chunk
+        end = min(block.length, -(-(inner + stored) // chunk) * chunk)
+        if start == inner and end == inner + stored:
+            self._store.read(block, start, end - start, target[:stored])  # straight into the caller's buffer
+        else:
+            data = self._store.read(block, start, end - start)
+            target[:stored] = data[inner - start:inner - start + stored]
+
+    def pwrite(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        if not self._writable:
+            raise InvalidArgument("file not open for writing")
+        source = memoryview(data).cast("B")
+        with self._lock:
+            for extent in layout.extents(offset, len(source), self.block_size):
+                dirty = self._dirty_block(extent.index)
+                end = extent.block_offset + extent.length
+                dirty.buffer[extent.block_offset:end] = source[extent.buffer_offset:extent.buffer_offset
+                                                               + extent.length]
+                dirty.length = max(dirty.length, end)
+            if offset + len(source) > self.size:
+                self.size = offset + len(source)
+                self._size_dirty = True
+            self._write_full_blocks()
+            return len(source)
+
+    def _write_full_blocks(self) -> None:
+        """Sends completely written blocks right away (a 1 GiB sequential write holds one block
+        in memory, not the whole file); they become visible to others only at commit."""
+        for index in [i for i, d in self._dirty.items() if d.length == self.block_size]:
+            dirty = self._dirty.pop(index)
+            block = self._store.write(self.ino, index, dirty.buffer, self._node)
+            self._blocks[index] = block
+            self._uncommitted.append(block)
+
+    def _dirty_block(self, index: int) -> _DirtyBlock:
+        dirty = self._dirty.get(index)
+        if dirty is None:
+            buffer = aligned(self.block_size)
+            block = self._blocks.get(index)
+            length = 0
+            if block is not None and block.length:
+                # copy-on-write: the new block starts as the old one's content
+                length = min(block.length, self.size - index * self.block_size)
+                if length > 0:
+                    self._read_extent(index, 0, buffer[:length])
+            dirty = self._dirty[index] = _DirtyBlock(buffer, max(0, length))
+        return dirty
+
+    def truncate(self, size: int | None = None) -> int:  # type: ignore[override]
+        """Sets the length; sparse (no bytes are allocated for an extension)."""
+        new_size = self._position if size is None else size
+        if new_size < 0:
+            raise InvalidArgument("negative size")
+        with self._lock:
+            self.commit()
+            attr = self._store.master.setattr(pb.SetAttrRequest(ino=self.ino, size=new_size))
+            self._reload(self._store.master.get_blocks(attr.ino))
+        return new_size
+
+    def commit(self) -> None:
+        """Writes dirty blocks and publishes size + block map at the master (close/fsync)."""
+        with self._lock:
+            if not self._dirty and not self._size_dirty and not self._uncommitted:
+                return
+            latest = {block.index: block for block in self._uncommitted}  # a rewrite replaces
+            for index in sorted(self._dirty):
+                dirty = self._dirty[index]
+                length = min(dirty.length, max(0, self.size - index * self.block_size))
+                latest[index] = self._store.write(self.ino, index, dirty.buffer[:length], self._node)
+            written = [latest[index] for index in sorted(latest)]
+            attr = self._store.master.commit(self.ino, self.size, written)
+            for block in written:
+                self._blocks[block.index] = block
+            self._dirty.clear()
+            self._uncommitted.clear()
+            self._size_dirty = False
+            self.size = attr.size

@@ -1,0 +1,149 @@
+"""Path-level namespace API (what `curvine-py fs` and applications call).
+
+Paths are absolute within the cluster namespace; `..` never climbs above `/`.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+from collections.abc import Iterator
+
+from curvine_py.client.files import BlockStore, CurvineFile
+from curvine_py.client.master import MasterClient
+from curvine_py.client.types import FileStatus
+from curvine_py.core.errors import AlreadyExists, InvalidArgument, IsADirectory, NotFound
+from curvine_py.core.keys import split_path
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.proto.curvine.v1 import master_pb2 as pb
+
+ROOT_INO = 1
+COPY_CHUNK = 16 << 20
+
+
+def normalize(path: str) -> str:
+    return "/" + "/".join(split_path(path))
+
+
+class FileSystem:
+    def __init__(self, master: MasterClient, blocks: BlockStore, node: str) -> None:
+        self.master = master
+        self._blocks = blocks
+        self._node = node
+
+    def _parent(self, path: str) -> tuple[int, str]:
+        parts = split_path(path)
+        if not parts:
+            raise InvalidArgument("the root has no parent")
+        parent = self.master.resolve("/" + "/".join(parts[:-1])) if len(parts) > 1 else None
+        return (parent.ino if parent else ROOT_INO), parts[-1]
+
+    def stat(self, path: str, follow_symlinks: bool = True) -> FileStatus:
+        return FileStatus.of(normalize(path), self.master.resolve(normalize(path), follow_symlinks))
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.stat(path)
+            return True
+        except NotFound:
+            return False
+
+    def ls(self, path: str = "/") -> list[FileStatus]:
+        base = normalize(path)
+        attr = self.master.resolve(base)
+        if attr.type != cpb.DIRECTORY:
+            return [FileStatus.of(base, attr)]
+        return [FileStatus.of(posixpath.join(base, e.name), e.attr) for e in self.master.readdir_all(attr.ino)]
+
+    def mkdir(self, path: str, mode: int = 0o755, parents: bool = False) -> FileStatus:
+        parts = split_path(path)
+        if parents:
+            parent, current = ROOT_INO, ""
+            for name in parts:
+                current += "/" + name
+                try:
+                    attr = self.master.create(pb.CreateRequest(parent=parent, name=name, type=cpb.DIRECTORY,
+                                                               mode=mode, exclusive=True))
+                except AlreadyExists:
+                    attr = self.master.lookup(parent, name)
+                parent = attr.ino
+            return FileStatus.of(normalize(path), attr)
+        parent, name = self._parent(path)
+        return FileStatus.of(normalize(path), self.master.create(
+            pb.CreateRequest(parent=parent, name=name, type=cpb.DIRECTORY, mode=mode, exclusive=True)))
+
+    def rm(self, path: str, recursive: bool = False) -> None:
+        parent, name = self._parent(path)
+        attr = self.master.lookup(parent, name)
+        if attr.type == cpb.DIRECTORY:
+            if recursive:
+                for entry in self.master.readdir_all(attr.ino):
+                    self.rm(posixpath.join(normalize(path), entry.name), recursive=True)
+            self.master.unlink(parent, name, directory=True)
+        else:
+            self.master.unlink(parent, name)
+
+    def rename(self, src: str, dst: str, flags: int = 0) -> None:
+        parent, name = self._parent(src)
+        new_parent, new_name = self._parent(dst)
+        self.master.rename(parent, name, new_parent, new_name, flags)
+
+    def symlink(self, target: str, path: str) -> FileStatus:
+        parent, name = self._parent(path)
+        return FileStatus.of(normalize(path), self.master.create(
+            pb.CreateRequest(parent=parent, name=name, type=cpb.SYMLINK, mode=0o777, symlink_target=target,
+                             exclusive=True)))
+
+    def open(self, path: str, mode: str = "rb") -> CurvineFile:
+        """Modes: rb, wb (create/truncate), xb (exclusive create), ab (append), r+b (update)."""
+        flags = set(mode) - {"b"}
+        if not flags <= {"r", "w", "x", "a", "+"} or len(flags & {"r", "w", "x", "a"}) != 1:
+            raise InvalidArgument(f"unsupported mode {mode!r}")
+        if "r" in flags:
+            attr = self.master.resolve(normalize(path))
+        else:
+            parent, name = self._parent(path)
+            attr = self.master.create(pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=0o644,
+                                                       exclusive="x" in flags, truncate="w" in flags))
+        if attr.type == cpb.DIRECTORY:
+            raise IsADirectory(f"{path} is a directory")
+        writable = bool(flags & {"w", "x", "a", "+"})
+        handle = CurvineFile(self._blocks, attr, node=self._node, writable=writable, append="a" in flags)
+        if "a" in flags:
+            handle.seek(0, os.SEEK_END)
+        return handle
+
+    def put(self, local_path: str, path: str) -> FileStatus:
+        with open(local_path, "rb") as source, self.open(path, "wb") as target:
+            shutil.copyfileobj(source, target, COPY_CHUNK)
+        return self.stat(path)
+
+    def get(self, path: str, local_path: str) -> int:
+        with self.open(path, "rb") as source, open(local_path, "wb") as target:
+            buffer = memoryview(bytearray(COPY_CHUNK))
+            total = 0
+            while n := source.readinto(buffer):
+                target.write(buffer[:n])
+                total += n
+            return total
+
+    def walk(self, path: str) -> Iterator[FileStatus]:
+        for entry in self.ls(path):
+            yield entry
+            if entry.is_dir and entry.path != normalize(path):
+                yield from self.walk(entry.path)
+
+    def du(self, path: str) -> int:
+        status = self.stat(path)
+        if not status.is_dir:
+            return status.size
+        return sum(e.size for e in self.walk(path) if e.kind == "file")
+
+    def df(self) -> pb.StatFsReply:
+        return self.master.statfs()
+
+    def set_policy(self, path: str, policy: cpb.Policy) -> pb.PolicyReply:
+        return self.master.set_policy(normalize(path), policy)
+
+    def get_policy(self, path: str) -> pb.PolicyReply:
+        return self.master.get_policy(normalize(path))

@@ -1,0 +1,154 @@
+"""KV objects (the LMCache path): key -> weighted rendezvous over the cached membership view ->
+owner worker(s), directly; the master is not on the hot path.
+
+Semantics (ARCHITECTURE.md): write-once per key (a re-put is an idempotent success), readers
+never see partial objects, a miss is `None` (not an error), reads fail over along the key's rank
+(replicas, then a miss) when an owner cannot be reached, and bad bytes are never returned.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from curvine_py.client.membership import MembershipCache, View, WorkerAddress
+from curvine_py.client.workerio import WorkerIO
+from curvine_py.core import frames, layout
+from curvine_py.core.errors import Corrupt, CurvineError, StaleEpoch, Timeout, Unavailable
+from curvine_py.core.keys import validate_key
+from curvine_py.proto.curvine.v1.common_pb2 import CACHE, DURABLE
+from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# Errors after which the next owner in rank order is tried.
+_FAILOVER = (Unavailable, Timeout, Corrupt)
+
+
+class KVClient:
+    def __init__(self, membership: MembershipCache, io: WorkerIO, *, replicas: int = 1,
+                 max_key_bytes: int = 1024) -> None:
+        self._membership = membership
+        self._io = io
+        self.replicas = max(1, replicas)
+        self._max_key_bytes = max_key_bytes
+
+    # -- placement ---------------------------------------------------------------------------
+    def owners(self, key: str, view: View | None = None) -> list[WorkerAddress]:
+        view = view or self._membership.view()
+        return [view.workers[w] for w in view.placement.rank(key)]
+
+    def _with_view(self, action: Callable[[View], T]) -> T:
+        """Runs `action` on the current view; once more on a fresh view after ESTALE."""
+        try:
+            return action(self._membership.view())
+        except StaleEpoch:
+            return action(self._membership.refresh())
+
+    # -- operations --------------------------------------------------------------------------
+    def put(self, key: str, data: bytes | bytearray | memoryview, *, user_meta: bytes = b"",
+            ttl_ms: int = 0, durable: bool = False, replicas: int | None = None) -> None:
+        """Stores `data` on the key's first `replicas` reachable owners; raises only if none took it."""
+        validate_key(key, self._max_key_bytes)
+        view_data = memoryview(data).cast("B")
+        digest = layout.object_checksum(view_data)
+        wanted = replicas or self.replicas
+        header = DataHeader(key=key, length=len(view_data), checksum=digest, user_meta=user_meta,
+                            ttl_ms=ttl_ms, storage_class=DURABLE if durable else CACHE)
+
+        def attempt(view: View) -> None:
+            header.epoch = view.epoch
+            stored, errors = 0, []
+            for worker in self.owners(key, view):
+                if stored == wanted:
+                    break
+                try:
+                    self._io.call(worker, frames.Op.PUT, header, view_data)
+                    stored += 1
+                except _FAILOVER as exc:
+                    errors.append(exc)
+                    log.info("put %s: owner %s unreachable (%s), trying the next", key, worker.worker_id, exc)
+            if not stored:
+                raise errors[-1] if errors else Unavailable("no live workers")
+
+        self._with_view(attempt)
+
+    def get_view(self, key: str, out: memoryview | None = None) -> memoryview | None:
+        """The object's bytes (in `out` if given, else a new page-aligned buffer), or None on a miss."""
+        validate_key(key, self._max_key_bytes)
+        return self._with_view(lambda view: self._get(key, view, out)[1])
+
+    def get(self, key: str) -> bytes | None:
+        data = self.get_view(key)
+        return None if data is None else bytes(data)
+
+    def get_into(self, key: str, out: memoryview) -> int | None:
+        """Receives the object into the caller's buffer; returns its length, or None on a miss."""
+        data = self.get_view(key, out)
+        return None if data is None else len(data)
+
+    def get_with_meta(self, key: str, out: memoryview | None = None) -> tuple[memoryview, bytes] | None:
+        validate_key(key, self._max_key_bytes)
+        reply, data = self._with_view(lambda view: self._get(key, view, out))
+        return None if data is None else (data, bytes(reply.user_meta))
+
+    def _get(self, key: str, view: View, out: memoryview | None) -> tuple[DataHeader, memoryview | None]:
+        header = DataHeader(key=key, epoch=view.epoch)
+        miss = DataHeader(found=False)
+        for worker in self.owners(key, view)[:self.replicas + 1]:
+            try:
+                reply, data = self._io.read(worker, frames.Op.GET, header, out, whole=True)
+            except _FAILOVER as exc:
+                log.info("get %s: owner %s failed (%s), trying the next", key, worker.worker_id, exc)
+                continue
+            if data is not None:
+                return reply, data
+        return miss, None
+
+    def exists(self, key: str) -> bool:
+        return self.exists_prefix([key]) == 1
+
+    def exists_prefix(self, keys: Sequence[str], *, pin: bool = True) -> int:
+        """Length of the longest prefix of `keys` that is stored (LMCache's batched contains).
+        With `pin`, hits stay readable for the worker's grace period."""
+        for key in keys:
+            validate_key(key, self._max_key_bytes)
+        return self._with_view(lambda view: self._exists_prefix(list(keys), view, pin))
+
+    def _exists_prefix(self, keys: list[str], view: View, pin: bool) -> int:
+        by_owner: dict[str, list[int]] = {}
+        for index, key in enumerate(keys):
+            ranked = view.placement.owners(key, 1)
+            if not ranked:
+                return 0
+            by_owner.setdefault(ranked[0], []).append(index)
+        first_miss = len(keys)
+        for worker_id, indexes in by_owner.items():
+            if indexes[0] >= first_miss:
+                continue  # every key of this owner lies after a known miss
+            header = DataHeader(keys=[keys[i] for i in indexes], pin=pin, epoch=view.epoch)
+            try:
+                hits = self._io.call(view.workers[worker_id], frames.Op.EXISTS, header).header.hit_count
+            except _FAILOVER:
+                hits = 0
+            if hits < len(indexes):
+                first_miss = min(first_miss, indexes[hits])
+        return first_miss
+
+    def delete(self, key: str) -> bool:
+        """Removes the key from every owner that has it; True if any had it."""
+        validate_key(key, self._max_key_bytes)
+
+        def attempt(view: View) -> bool:
+            found = False
+            for worker in self.owners(key, view)[:self.replicas + 1]:
+                try:
+                    found |= self._io.call(worker, frames.Op.DELETE, DataHeader(key=key)).header.found
+                except CurvineError as exc:
+                    if isinstance(exc, StaleEpoch):
+                        raise
+                    log.info("delete %s on %s failed: %s", key, worker.worker_id, exc)
+            return found
+
+        return self._with_view(attempt)

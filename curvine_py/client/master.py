@@ -1,0 +1,139 @@
+"""Typed, blocking access to the master: one gRPC channel, a deadline and the token on every call,
+gRPC failures turned into CurvineError (rpc/errors.py).
+
+The channel reconnects by itself; a call made while the master is down fails within its deadline
+with `Unavailable`/`Timeout`, and works again once the master is back (no client rebuild needed).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+
+from curvine_py.config import DEFAULT_MASTER_PORT, split_address
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.proto.curvine.v1 import master_pb2 as pb
+from curvine_py.proto.curvine.v1.master_pb2_grpc import MasterStub
+from curvine_py.rpc.auth import call_metadata
+from curvine_py.rpc.errors import from_rpc_error
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE = 64 << 20
+
+
+class MasterClient:
+    """Every method takes and returns protobuf messages; conversion to user-facing types is done
+    by the callers (client.fs, fuse) so this stays a thin, complete mirror of master.proto."""
+
+    def __init__(self, address: str, *, token: str = "", timeout_s: float = 5.0) -> None:
+        host, port = split_address(address, DEFAULT_MASTER_PORT)
+        self.address = f"{host}:{port}"
+        self._channel = grpc.insecure_channel(self.address, options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE),
+            ("grpc.max_receive_message_length", MAX_MESSAGE),
+            # Reconnect quickly after a master restart instead of the default backoff of up to 120 s.
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ])
+        self._stub = MasterStub(self._channel)
+        self._metadata = call_metadata(token)
+        self.timeout_s = timeout_s
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def call(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=timeout_s or self.timeout_s,
+                                               metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    # -- namespace ---------------------------------------------------------------------------
+    def lookup(self, parent: int, name: str) -> cpb.Attr:
+        return self.call("Lookup", pb.LookupRequest(parent=parent, name=name)).attr
+
+    def getattr(self, ino: int) -> cpb.Attr:
+        return self.call("GetAttr", pb.InodeRequest(ino=ino)).attr
+
+    def resolve(self, path: str, follow_symlinks: bool = True) -> cpb.Attr:
+        return self.call("ResolvePath", pb.PathRequest(path=path, follow_symlinks=follow_symlinks)).attr
+
+    def setattr(self, request: pb.SetAttrRequest) -> cpb.Attr:
+        return self.call("SetAttr", request).attr
+
+    def create(self, request: pb.CreateRequest) -> cpb.Attr:
+        return self.call("Create", request).attr
+
+    def link(self, ino: int, new_parent: int, new_name: str) -> cpb.Attr:
+        return self.call("Link", pb.LinkRequest(ino=ino, new_parent=new_parent, new_name=new_name)).attr
+
+    def unlink(self, parent: int, name: str, *, directory: bool = False,
+               keep_orphan: bool = False) -> pb.UnlinkReply:
+        return self.call("Unlink", pb.UnlinkRequest(parent=parent, name=name, directory=directory,
+                                                    keep_orphan=keep_orphan))
+
+    def rename(self, parent: int, name: str, new_parent: int, new_name: str,
+               flags: int = 0) -> pb.RenameReply:
+        return self.call("Rename", pb.RenameRequest(parent=parent, name=name, new_parent=new_parent,
+                                                    new_name=new_name, flags=flags))
+
+    def readdir(self, ino: int, after_name: str = "", limit: int = 1000) -> pb.ReadDirReply:
+        return self.call("ReadDir", pb.ReadDirRequest(ino=ino, after_name=after_name, limit=limit))
+
+    def readdir_all(self, ino: int) -> list[pb.DirEntry]:
+        entries: list[pb.DirEntry] = []
+        after = ""
+        while True:
+            reply = self.readdir(ino, after)
+            entries.extend(reply.entries)
+            if not reply.more or not reply.entries:
+                return entries
+            after = reply.entries[-1].name
+
+    def readlink(self, ino: int) -> str:
+        return str(self.call("ReadLink", pb.InodeRequest(ino=ino)).target)
+
+    def getxattr(self, ino: int, name: str) -> bytes:
+        return bytes(self.call("GetXattr", pb.XattrRequest(ino=ino, name=name)).value)
+
+    def setxattr(self, ino: int, name: str, value: bytes, flags: int = 0) -> None:
+        self.call("SetXattr", pb.XattrRequest(ino=ino, name=name, value=value, flags=flags))
+
+    def listxattr(self, ino: int) -> list[str]:
+        return list(self.call("ListXattr", pb.XattrRequest(ino=ino)).names)
+
+    def removexattr(self, ino: int, name: str) -> None:
+        self.call("RemoveXattr", pb.XattrRequest(ino=ino, name=name))
+
+    def statfs(self) -> pb.StatFsReply:
+        return self.call("StatFs", pb.Empty())
+
+    def release_orphan(self, ino: int) -> None:
+        self.call("ReleaseOrphan", pb.InodeRequest(ino=ino))
+
+    # -- file data ---------------------------------------------------------------------------
+    def get_blocks(self, ino: int) -> pb.BlocksReply:
+        return self.call("GetBlocks", pb.InodeRequest(ino=ino))
+
+    def add_block(self, ino: int, index: int, client_node: str = "") -> pb.AddBlockReply:
+        return self.call("AddBlock", pb.AddBlockRequest(ino=ino, index=index, client_node=client_node))
+
+    def commit(self, ino: int, size: int, blocks: list[pb.BlockInfo], set_mtime: bool = True) -> cpb.Attr:
+        return self.call("CommitFile", pb.CommitFileRequest(ino=ino, size=size, blocks=blocks,
+                                                            set_mtime=set_mtime)).attr
+
+    # -- policy and cluster ------------------------------------------------------------------
+    def set_policy(self, path: str, policy: cpb.Policy) -> pb.PolicyReply:
+        return self.call("SetPolicy", pb.SetPolicyRequest(path=path, policy=policy))
+
+    def get_policy(self, path: str) -> pb.PolicyReply:
+        return self.call("GetPolicy", pb.PathRequest(path=path))
+
+    def membership(self) -> pb.Membership:
+        return self.call("GetMembership", pb.Empty())
+
+    def report(self) -> pb.ClusterReport:
+        return self.call("Report", pb.Empty())

@@ -1,0 +1,83 @@
+"""The client's cached copy of the master's membership view (live workers + epoch) and the
+rendezvous placement built from it.
+
+KV traffic never touches the master: the view is refreshed in the background of calls every
+`refresh_s`, and immediately when a worker answers ESTALE or cannot be reached.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from curvine_py.core.errors import CurvineError, Unavailable
+from curvine_py.core.hashing import Node, Rendezvous
+from curvine_py.proto.curvine.v1 import master_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerAddress:
+    worker_id: str
+    host: str
+    port: int
+    node: str
+    unix_socket: str
+    capacity: int
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    epoch: int
+    workers: dict[str, WorkerAddress]
+    placement: Rendezvous
+
+
+def weight_of(capacity: int) -> float:
+    """Placement weight: capacity in GiB (at least 1), so bigger disks own more keys."""
+    return max(1.0, capacity / GiB)
+
+
+def build_view(reply: pb.Membership) -> View:
+    workers = {
+        w.worker_id: WorkerAddress(w.worker_id, w.host, w.port, w.node, w.unix_socket, w.capacity)
+        for w in reply.workers if w.live
+    }
+    nodes = [Node(w.worker_id, weight_of(w.capacity)) for w in workers.values()]
+    return View(reply.epoch, workers, Rendezvous(nodes))
+
+
+class MembershipCache:
+    def __init__(self, fetch: Callable[[], pb.Membership], refresh_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._fetch = fetch
+        self._refresh_s = refresh_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._view: View | None = None
+        self._fetched_at = float("-inf")
+
+    def view(self) -> View:
+        """The cached view, refreshed when older than refresh_s. If the master is unreachable a
+        previous view keeps serving (KV traffic does not depend on the master being up)."""
+        if self._view is not None and self._clock() - self._fetched_at < self._refresh_s:
+            return self._view
+        return self.refresh()
+
+    def refresh(self) -> View:
+        with self._lock:
+            try:
+                view = build_view(self._fetch())
+            except CurvineError as exc:
+                if self._view is None:
+                    raise Unavailable(f"cannot fetch membership from the master: {exc}") from None
+                log.warning("membership refresh failed, keeping epoch %d: %s", self._view.epoch, exc)
+                self._fetched_at = self._clock()
+                return self._view
+            self._view, self._fetched_at = view, self._clock()
+            return view

@@ -1,0 +1,96 @@
+"""Requests to one worker, by the fastest path: short-circuit fd passing when the worker runs on
+this node, pooled TCP otherwise. Every payload read is verified against its chunk digests before
+it is returned; a mismatch is reported to the worker (which drops its copy) and raised as Corrupt.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from curvine_py.client.dataconn import ConnectionPool, Reply
+from curvine_py.client.membership import WorkerAddress
+from curvine_py.client.shortcircuit import ShortCircuitClient
+from curvine_py.config import ClientConfig
+from curvine_py.core import frames, layout
+from curvine_py.core.errors import Corrupt, CurvineError, Unavailable
+from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
+
+log = logging.getLogger(__name__)
+
+
+def verify(payload: memoryview, reply: DataHeader, *, whole: bool) -> bool:
+    """True when the bytes match the digests the worker stored at write time."""
+    digests = layout.chunk_digests(payload)
+    if list(reply.chunk_checksums) != digests:
+        return False
+    return not whole or layout.combine(digests) == reply.checksum
+
+
+class WorkerIO:
+    def __init__(self, config: ClientConfig, node: str) -> None:
+        self._config = config
+        self.node = node
+        self.pool = ConnectionPool(token=config.token, timeout_s=config.data_timeout_s,
+                                   max_payload=config.max_payload, per_worker=config.connections_per_worker)
+        self._local: dict[str, ShortCircuitClient] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.pool.close()
+        with self._lock:
+            for client in self._local.values():
+                client.close()
+            self._local.clear()
+
+    def is_local(self, worker: WorkerAddress) -> bool:
+        return (self._config.short_circuit and bool(worker.unix_socket) and worker.node == self.node
+                and os.path.exists(worker.unix_socket))
+
+    def _short_circuit(self, worker: WorkerAddress) -> ShortCircuitClient:
+        with self._lock:
+            client = self._local.get(worker.unix_socket)
+            if client is None:
+                client = ShortCircuitClient(worker.unix_socket, token=self._config.token,
+                                            timeout_s=self._config.data_timeout_s)
+                self._local[worker.unix_socket] = client
+            return client
+
+    def call(self, worker: WorkerAddress, op: frames.Op, header: DataHeader,
+             payload: bytes | bytearray | memoryview | None = None, out: memoryview | None = None) -> Reply:
+        """One TCP request; a pooled connection that turns out dead (the worker restarted) is
+        replaced once by a fresh one before the error is believed."""
+        for attempt in (1, 2):
+            try:
+                with self.pool.connection(worker.host, worker.port) as conn:
+                    return conn.request(op, header, payload, out)
+            except Unavailable:
+                self.pool.drop(worker.host, worker.port)
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def read(self, worker: WorkerAddress, op: frames.Op, header: DataHeader,
+             out: memoryview | None = None, *, whole: bool) -> tuple[DataHeader, memoryview | None]:
+        """GET or READ_BLOCK with verification. Returns (reply, bytes) or (reply, None) on a miss."""
+        if self.is_local(worker):
+            try:
+                reply, data = self._short_circuit(worker).read(op, header, out)
+            except Unavailable as exc:
+                log.info("short-circuit to %s failed (%s), using TCP", worker.worker_id, exc)
+            else:
+                return reply, self._checked(worker, op, header, reply, data, whole)
+        answer = self.call(worker, op, header, out=out)
+        return answer.header, self._checked(worker, op, header, answer.header, answer.payload, whole)
+
+    def _checked(self, worker: WorkerAddress, op: frames.Op, request: DataHeader, reply: DataHeader,
+                 data: memoryview | None, whole: bool) -> memoryview | None:
+        if data is None or verify(data, reply, whole=whole):
+            return data
+        what = request.key or f"block {request.block_id:x}"
+        log.error("checksum mismatch for %s from worker %s: reported, copy dropped", what, worker.worker_id)
+        try:
+            self.call(worker, frames.Op.REPORT_BAD, DataHeader(key=request.key, block_id=request.block_id))
+        except CurvineError as exc:
+            log.warning("could not report bad copy of %s: %s", what, exc)
+        raise Corrupt(f"checksum mismatch for {what} on worker {worker.worker_id}")
