@@ -1,0 +1,57 @@
+"""Key/name/path validation and configuration layering."""
+from __future__ import annotations
+
+import pytest
+
+from curvine_py import config
+from curvine_py.core.errors import InvalidArgument, NameTooLong
+from curvine_py.core.keys import split_path, validate_key, validate_name
+
+
+def test_keys() -> None:
+    assert validate_key("vllm@m@1@0@abc@bfloat16") == b"vllm@m@1@0@abc@bfloat16"
+    for bad in ("", "a\x00b"):
+        with pytest.raises(InvalidArgument):
+            validate_key(bad)
+    with pytest.raises(NameTooLong):
+        validate_key("k" * 1025)
+    assert validate_key("k" * 2000, max_bytes=4096)
+
+
+def test_names_and_paths_cannot_escape() -> None:
+    assert split_path("/a/../../b/./c") == ["b", "c"]
+    assert split_path("../../etc") == ["etc"]
+    for bad in ("", ".", "..", "a/b", "x\x00"):
+        with pytest.raises(InvalidArgument):
+            validate_name(bad)
+    with pytest.raises(NameTooLong):
+        validate_name("n" * 256)
+    validate_name("n" * 255)
+
+
+def test_layering_defaults_toml_env_flags(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    toml = tmp_path / "c.toml"
+    toml.write_text('[worker]\nport = 1000\nhost = "0.0.0.0"\nhigh_watermark = 0.8\n')
+    env = {"CURVINE_PORT": "2000", "CURVINE_NODE": "gpu-7"}
+    loaded = config.load(config.WorkerConfig, section="worker", toml_path=str(toml), env=env,
+                         flags={"port": 3000, "host": None})
+    assert (loaded.port, loaded.host, loaded.node, loaded.high_watermark) == (3000, "0.0.0.0", "gpu-7", 0.8)
+    toml.write_text("[worker]\nno_such_key = 1\n")
+    with pytest.raises(InvalidArgument, match="no_such_key"):
+        config.load(config.WorkerConfig, section="worker", toml_path=str(toml), env={})
+    with pytest.raises(InvalidArgument):
+        config.load(config.WorkerConfig, section="worker", env={"CURVINE_PORT": "eighty"})
+
+
+def test_sizes_addresses_and_open_cluster_refusal() -> None:
+    assert config.parse_size("100GB") == 100 << 30 and config.parse_size("512MiB") == 512 << 20
+    assert config.parse_data_dir("/data/nvme0:20GB") == ("/data/nvme0", 20 << 30)
+    assert config.parse_data_dir("/data/nvme0") == ("/data/nvme0", 0)
+    assert config.split_address("10.0.0.1:9", 1) == ("10.0.0.1", 9)
+    assert config.split_address("[::1]:9", 1) == ("::1", 9)
+    with pytest.raises(InvalidArgument):
+        config.parse_size("lots")
+    with pytest.raises(InvalidArgument, match="token"):
+        config.require_secure("10.0.0.5", "", False, "master")
+    config.require_secure("10.0.0.5", "", True, "master")
+    config.require_secure("127.0.0.1", "", False, "master")
