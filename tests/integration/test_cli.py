@@ -1,0 +1,96 @@
+"""The command-line tools against a real cluster, and the one-command embedded default (`up`)."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+from curvine_py.client import CurvineClient
+from curvine_py.procs import curvine_command, start
+from tests.harness import Cluster
+
+
+def cli(*args: str, env: dict[str, str] | None = None, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(curvine_command(*args), capture_output=True, env={**os.environ, **(env or {})},
+                          input=stdin, timeout=60)
+
+
+def test_fs_tools(cluster1: Cluster, tmp_path: pathlib.Path) -> None:
+    master = ["--master", cluster1.master_address]
+    local = tmp_path / "in.bin"
+    local.write_bytes(os.urandom(3 << 20))
+    assert cli("fs", *master, "mkdir", "-p", "/a/b").returncode == 0
+    assert cli("fs", *master, "put", str(local), "/a/b/f").returncode == 0
+    listing = cli("fs", *master, "ls", "/a/b").stdout.decode()
+    assert "/a/b/f" in listing and str(3 << 20) in listing
+    stat = json.loads(cli("fs", *master, "stat", "--json", "/a/b/f").stdout)
+    assert stat["size"] == 3 << 20 and stat["kind"] == "file"
+    assert cli("fs", *master, "mv", "/a/b/f", "/a/g").returncode == 0
+    assert cli("fs", *master, "get", "/a/g", str(tmp_path / "out.bin")).returncode == 0
+    assert (tmp_path / "out.bin").read_bytes() == local.read_bytes()
+    assert cli("fs", *master, "cat", "/a/g").stdout == local.read_bytes()
+    assert cli("fs", *master, "du", "/a").stdout.decode().split()[0] == str(3 << 20)
+    assert "capacity" in cli("fs", *master, "df").stdout.decode()
+    missing = cli("fs", *master, "stat", "/nope")
+    assert missing.returncode == 1 and b"ENOENT" in missing.stderr
+    assert cli("fs", *master, "rm", "/a").returncode == 1            # not empty
+    assert cli("fs", *master, "rm", "-r", "/a").returncode == 0
+    assert cli("fs", *master, "ls", "/").stdout.strip() == b""
+
+
+def test_kv_tools_and_env_master(cluster1: Cluster, tmp_path: pathlib.Path) -> None:
+    env = {"CURVINE_MASTER": cluster1.master_address}
+    value = tmp_path / "value"
+    value.write_bytes(b"kv bytes" * 1000)
+    assert cli("kv", "put", "k1", str(value), env=env).returncode == 0
+    assert cli("kv", "exists", "k1", env=env).returncode == 0
+    assert cli("kv", "get", "k1", "-", env=env).stdout == value.read_bytes()
+    miss = cli("kv", "get", "nope", "-", env=env)
+    assert miss.returncode == 1 and b"miss" in miss.stderr
+    assert cli("kv", "exists", "nope", env=env).returncode == 1
+    assert cli("kv", "rm", "k1", env=env).returncode == 0
+    assert cli("kv", "rm", "k1", env=env).returncode == 1
+    assert cli("kv", "put", "from-stdin", "-", env=env, stdin=b"piped").returncode == 0
+    assert cli("kv", "get", "from-stdin", "-", env=env).stdout == b"piped"
+
+
+def test_report(cluster3: Cluster) -> None:
+    cluster3.wait_for_live_workers(3)
+    report = json.loads(cli("report", "--master", cluster3.master_address, "--json").stdout)
+    assert len(report["workers"]) == 3 and all(w["live"] for w in report["workers"])
+    assert int(report["capacity"]) > 0
+    text = cli("report", "--master", cluster3.master_address).stdout.decode()
+    assert "3 live / 3" in text
+
+
+def test_unreachable_master_is_a_clear_error() -> None:
+    result = cli("fs", "--master", "127.0.0.1:1", "--timeout", "1", "ls", "/")
+    assert result.returncode == 1 and b"curvine-py fs:" in result.stderr
+
+
+def test_up_runs_the_embedded_default_and_stops_cleanly(tmp_path: pathlib.Path) -> None:
+    up = start("up", curvine_command("up", "--data-dir", str(tmp_path / "cv"), "--master-port", "0",
+                                     "--worker-port", "0"), ready_prefix="master=", timeout=60)
+    try:
+        address = up.address
+        assert (tmp_path / "cv" / "master.addr").read_text().strip() == address
+        with CurvineClient(address) as client:
+            client.kv.put("hello", b"world")
+            assert client.kv.get("hello") == b"world"
+            with client.fs.open("/note", "wb") as handle:
+                handle.write(b"embedded")
+            assert client.fs.stat("/note").size == 8
+    finally:
+        up.process.send_signal(signal.SIGINT)
+        assert up.process.wait(30) == 0
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path / "cv")], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == "", "up stops its children"
+
+
+def test_help_lists_every_subcommand() -> None:
+    out = subprocess.run([sys.executable, "-m", "curvine_py.cli.main", "--help"], capture_output=True, text=True)
+    for name in ("master", "worker", "up", "fs", "kv", "report", "mount", "bench"):
+        assert name in out.stdout
