@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Sets up everything (apt + .venv, including the real LMCache stack) and runs the whole test suite.
+# This is the README's test command and what CI (.ci/run) calls.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CURVINE_WITH_LMCACHE=1 bash scripts/setup.sh
+export CURVINE_REQUIRE_LMCACHE=1 PYTHONHASHSEED=0 LMCACHE_TRACK_USAGE=false LMCACHE_DISABLE_BANNER=1
+exec .venv/bin/pytest -p no:cacheprovider tests "$@"
