@@ -108,7 +108,7 @@ class StoredHeader:
         return size
 
     @classmethod
-    def decode(cls, raw: bytes) -> "StoredHeader":
+    def decode(cls, raw: bytes) -> StoredHeader:
         if len(raw) < _FIXED.size:
             raise ProtocolError("stored object header truncated")
         (magic, version, kind, storage_class, size, length, digest, created, ttl, block_id, key_len,

@@ -92,7 +92,7 @@ def grpc_method(func: F) -> F:
             await abort_with(context, exc)
         except (grpc.aio.AbortError, grpc.aio.BaseError):
             raise
-        except Exception as exc:  # noqa: BLE001 - boundary: never let a bug kill the server
+        except Exception as exc:
             log.exception("internal error in %s", func.__name__)
             await abort_with(context, CurvineError(f"internal error: {exc}"))
 
