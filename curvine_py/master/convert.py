@@ -1,0 +1,90 @@
+"""The one place that converts the master's domain values to and from protobuf messages."""
+from __future__ import annotations
+
+from curvine_py.core.errors import InvalidArgument
+from curvine_py.master.types import (
+    Attr,
+    BlockInfo,
+    ClusterReport,
+    MembershipView,
+    Policy,
+    PolicyAt,
+    SetAttrChanges,
+    StorageClass,
+    Usage,
+    WorkerInfo,
+)
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.proto.curvine.v1 import master_pb2 as mpb
+
+
+def attr_pb(a: Attr) -> cpb.Attr:
+    return cpb.Attr(ino=a.ino, type=int(a.type), mode=a.mode, uid=a.uid, gid=a.gid, size=a.size,  # type: ignore[arg-type]
+                    nlink=a.nlink, atime_ns=a.atime_ns, mtime_ns=a.mtime_ns, ctime_ns=a.ctime_ns,
+                    rdev=a.rdev, generation=a.generation, block_size=a.block_size)
+
+
+def policy_pb(p: Policy) -> cpb.Policy:
+    return cpb.Policy(storage_class=int(p.storage_class), replicas=p.replicas, ttl_ms=p.ttl_ms,  # type: ignore[arg-type]
+                      block_size=p.block_size, placement=p.placement, compress=p.compress)
+
+
+def policy_from_pb(p: cpb.Policy) -> Policy:
+    try:
+        storage_class = StorageClass(p.storage_class)
+    except ValueError:   # proto3 enums are open: any number can arrive
+        raise InvalidArgument(f"unknown storage class {p.storage_class}") from None
+    return Policy(storage_class=storage_class, replicas=p.replicas, ttl_ms=p.ttl_ms,
+                  block_size=p.block_size, placement=p.placement, compress=p.compress)
+
+
+def policy_reply(p: PolicyAt) -> mpb.PolicyReply:
+    return mpb.PolicyReply(policy=policy_pb(p.policy), path=p.path)
+
+
+def block_pb(b: BlockInfo) -> mpb.BlockInfo:
+    return mpb.BlockInfo(index=b.index, block_id=b.block_id, length=b.length, checksum=b.checksum,
+                         worker_ids=list(b.worker_ids))
+
+
+def block_from_pb(b: mpb.BlockInfo) -> BlockInfo:
+    return BlockInfo(index=b.index, block_id=b.block_id, length=b.length, checksum=b.checksum,
+                     worker_ids=tuple(b.worker_ids))
+
+
+def worker_pb(w: WorkerInfo) -> mpb.WorkerInfo:
+    return mpb.WorkerInfo(worker_id=w.worker_id, host=w.host, port=w.port, unix_socket=w.unix_socket,
+                          node=w.node, capacity=w.capacity, used=w.used, available=w.available,
+                          lm_port=w.lm_port, live=w.live, last_heartbeat_ms=w.last_heartbeat_ms,
+                          blocks=w.blocks, objects=w.objects, evictions=w.evictions)
+
+
+def worker_from_pb(w: mpb.WorkerInfo) -> WorkerInfo:
+    return WorkerInfo(worker_id=w.worker_id, host=w.host, port=w.port, unix_socket=w.unix_socket,
+                      node=w.node, capacity=w.capacity, used=w.used, available=w.available,
+                      lm_port=w.lm_port, live=w.live, last_heartbeat_ms=w.last_heartbeat_ms,
+                      blocks=w.blocks, objects=w.objects, evictions=w.evictions)
+
+
+def usage_from_pb(r: mpb.HeartbeatRequest) -> Usage:
+    return Usage(capacity=r.capacity, used=r.used, available=r.available, blocks=r.blocks,
+                 objects=r.objects, evictions=r.evictions)
+
+
+def setattr_from_pb(r: mpb.SetAttrRequest) -> SetAttrChanges:
+    def opt(field: str) -> int | None:
+        return int(getattr(r, field)) if r.HasField(field) else None  # type: ignore[arg-type]
+
+    return SetAttrChanges(mode=opt("mode"), uid=opt("uid"), gid=opt("gid"), size=opt("size"),
+                          atime_ns=opt("atime_ns"), mtime_ns=opt("mtime_ns"), atime_now=r.atime_now,
+                          mtime_now=r.mtime_now, ctime_ns=opt("ctime_ns"))
+
+
+def membership_pb(v: MembershipView) -> mpb.Membership:
+    return mpb.Membership(epoch=v.epoch, workers=[worker_pb(w) for w in v.workers], cluster_id=v.cluster_id)
+
+
+def report_pb(r: ClusterReport) -> mpb.ClusterReport:
+    return mpb.ClusterReport(cluster_id=r.cluster_id, epoch=r.epoch, workers=[worker_pb(w) for w in r.workers],
+                             capacity=r.capacity, used=r.used, available=r.available, files=r.files,
+                             directories=r.directories, blocks=r.blocks)

@@ -1,0 +1,184 @@
+"""`curvine-py master`: the composition root of the master process.
+
+Opens the store (one SQLite file under --data-dir, locked against a second master), restores the
+membership, starts the store thread, the gRPC server and the maintenance task, announces readiness
+(`master=HOST:PORT` on stdout and in DATA_DIR/master.addr) and runs until SIGTERM/SIGINT.
+Teardown runs in reverse order: server (grace for in-flight calls), maintenance, store thread, DB.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from typing import IO, Any
+
+from curvine_py import config
+from curvine_py.core.errors import CurvineError
+from curvine_py.master.membership import Membership
+from curvine_py.master.namespace import MIN_BLOCK_SIZE, Namespace
+from curvine_py.master.service import MasterService, build_server
+from curvine_py.master.storethread import StoreThread
+from curvine_py.master.types import StorageClass
+
+log = logging.getLogger(__name__)
+
+DB_FILE = "meta.db"
+ADDR_FILE = "master.addr"
+LOCK_FILE = "master.lock"
+STOP_GRACE_S = 2.0
+
+
+class _RoleFilter(logging.Filter):
+    """Stamps role and node on every record (the format prints them)."""
+
+    def __init__(self, role: str, node: str) -> None:
+        super().__init__()
+        self.role = role
+        self.node = node
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.role = self.role
+        record.node = self.node
+        return True
+
+
+def setup_logging(level: str, node: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_RoleFilter("master", node))
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s %(levelname)s %(role)s node=%(node)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="curvine-py master", description="curvine-py metadata service")
+    p.add_argument("--data-dir", help="directory of the metadata database (created if missing)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="gRPC port (0 = any free port; default 8995)")
+    p.add_argument("--token", help="shared secret required from every client and worker")
+    p.add_argument("--insecure", action="store_true", default=None,
+                   help="allow a non-loopback --host without --token")
+    p.add_argument("--lease-ms", type=int, help="a worker silent this long leaves the view (default 5000)")
+    p.add_argument("--heartbeat-ms", type=int, help="heartbeat interval told to workers (default 1000)")
+    p.add_argument("--block-size", help="default file block size, e.g. 64MiB")
+    p.add_argument("--config", help="TOML file; its [master] table sets defaults")
+    p.add_argument("--log-level", default=os.environ.get("CURVINE_LOG_LEVEL", "INFO"))
+    return p.parse_args(argv)
+
+
+def load_config(args: argparse.Namespace) -> config.MasterConfig:
+    flags: dict[str, Any] = {
+        "data_dir": args.data_dir, "host": args.host, "port": args.port, "token": args.token,
+        "insecure": args.insecure, "lease_ms": args.lease_ms, "heartbeat_interval_ms": args.heartbeat_ms,
+        "block_size": config.parse_size(args.block_size) if args.block_size else None,
+    }
+    cfg = config.load(config.MasterConfig, section="master", toml_path=args.config, flags=flags)
+    if cfg.block_size < MIN_BLOCK_SIZE or cfg.block_size % MIN_BLOCK_SIZE:
+        raise CurvineError(f"block size must be a positive multiple of {MIN_BLOCK_SIZE}")
+    if cfg.lease_ms <= 0 or cfg.heartbeat_interval_ms <= 0:
+        raise CurvineError("lease and heartbeat interval must be positive")
+    if not 0 <= cfg.port < 65536:
+        raise CurvineError(f"bad port {cfg.port}")
+    StorageClass.parse(cfg.root_policy_class)
+    config.require_secure(cfg.host, cfg.token, cfg.insecure, "master")
+    return cfg
+
+
+@contextlib.contextmanager
+def data_dir_lock(data_dir: str) -> Iterator[IO[str]]:
+    """One master per data dir: two writers of one SQLite file would each believe they own it."""
+    with open(os.path.join(data_dir, LOCK_FILE), "a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CurvineError(f"another master is running on {data_dir}") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        yield fh
+
+
+def format_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def write_address(data_dir: str, address: str) -> None:
+    path = os.path.join(data_dir, ADDR_FILE)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(address + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+async def serve(cfg: config.MasterConfig) -> int:
+    data_dir = os.path.abspath(cfg.data_dir)
+    os.makedirs(data_dir, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(data_dir_lock(data_dir))
+        ns = Namespace(os.path.join(data_dir, DB_FILE), block_size=cfg.block_size,
+                       root_class=StorageClass.parse(cfg.root_policy_class),
+                       durable_replicas=cfg.default_replicas_durable)
+        stack.callback(ns.close)
+        membership = Membership(ns, lease_ms=cfg.lease_ms, heartbeat_interval_ms=cfg.heartbeat_interval_ms)
+        store = StoreThread(ns)
+        store.start()
+        stack.callback(store.stop)
+        service = MasterService(ns, membership, store)
+        server = build_server(service, cfg.token)
+        try:
+            port = server.add_insecure_port(format_address(cfg.host, cfg.port))
+        except RuntimeError as exc:
+            raise CurvineError(f"cannot listen on {format_address(cfg.host, cfg.port)}: {exc}") from None
+        if port == 0:
+            raise CurvineError(f"cannot listen on {format_address(cfg.host, cfg.port)}")
+        await server.start()
+        address = format_address(cfg.host, port)
+        write_address(data_dir, address)
+        log.info("serving on %s (data %s, cluster %s, epoch %d, lease %d ms, block size %d)", address,
+                 data_dir, ns.cluster_id, membership.epoch, cfg.lease_ms, cfg.block_size)
+        print(f"master={address}", flush=True)
+
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        maintenance = asyncio.create_task(service.maintain(), name="master-maintenance")
+        stopper = asyncio.create_task(stop.wait(), name="master-stop")
+        done, _ = await asyncio.wait({maintenance, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        failed = maintenance in done
+        log.info("stopping")
+        await server.stop(STOP_GRACE_S)
+        for task in (maintenance, stopper):
+            task.cancel()
+        await asyncio.gather(maintenance, stopper, return_exceptions=True)
+        if failed and maintenance.exception() is not None:
+            log.error("maintenance task failed", exc_info=maintenance.exception())
+            return 1
+    log.info("stopped")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    setup_logging(args.log_level, socket.gethostname())
+    try:
+        cfg = load_config(args)
+        return asyncio.run(serve(cfg))
+    except CurvineError as exc:
+        log.error("%s", exc.message)
+        return 2
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2

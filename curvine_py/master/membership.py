@@ -1,0 +1,169 @@
+"""Worker membership: registration with block-report reconcile, heartbeats, leases, the epoch.
+
+The live set is held in memory; its changes (join, re-register, leave) bump the epoch, and the
+epoch plus each worker's last known info and live flag are committed to the store before any reply,
+so the epoch never goes backwards across restarts. A restarted master takes the workers that were
+live back with a fresh lease (clients keep a usable placement view); those that do not heartbeat
+within the lease leave as usual.
+
+Clocks are injected: `clock` (seconds, monotonic) drives leases, `wall_ms` stamps
+last_heartbeat_ms for humans. Unit tests pass fake clocks and never sleep.
+
+Concurrency: used only from the store thread, like the Namespace it wraps.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from curvine_py.core.errors import InvalidArgument
+from curvine_py.master.namespace import Namespace
+from curvine_py.master.types import (
+    ClusterReport,
+    HeartbeatResult,
+    MembershipView,
+    Registered,
+    Usage,
+    WorkerInfo,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_WORKER_ID = 128
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def validate_worker_id(worker_id: str) -> None:
+    # Worker ids are joined with "," in the open-blocks table and shown in reports.
+    if not worker_id or len(worker_id) > MAX_WORKER_ID:
+        raise InvalidArgument(f"worker id must be 1..{MAX_WORKER_ID} characters")
+    if any(c in worker_id for c in ", \t\r\n\x00"):
+        raise InvalidArgument(f"worker id {worker_id!r} contains a separator or whitespace")
+
+
+class Membership:
+    def __init__(self, ns: Namespace, *, lease_ms: int = 5000, heartbeat_interval_ms: int = 1000,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_ms: Callable[[], int] = _wall_ms) -> None:
+        if lease_ms <= 0 or heartbeat_interval_ms <= 0:
+            raise InvalidArgument("lease_ms and heartbeat_interval_ms must be positive")
+        self._ns = ns
+        self.lease_ms = lease_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self._clock = clock
+        self._wall_ms = wall_ms
+        self._workers: dict[str, WorkerInfo] = {w.worker_id: w for w in ns.load_workers()}
+        self._last_seen: dict[str, float] = {}
+        now = clock()
+        for worker in self._workers.values():
+            if worker.live:
+                self._last_seen[worker.worker_id] = now
+        self._epoch = ns.epoch()
+        if self._last_seen:
+            log.info("restored %d live workers at epoch %d; their leases restart now",
+                     len(self._last_seen), self._epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def cluster_id(self) -> str:
+        return self._ns.cluster_id
+
+    def _commit_change(self, changed: Iterable[WorkerInfo]) -> None:
+        """Persist changed worker rows and the next epoch in one transaction, then adopt them."""
+        rows = list(changed)
+        epoch = self._epoch + 1
+        with self._ns.transaction():
+            for row in rows:
+                self._ns.save_worker(row)
+            self._ns.set_epoch(epoch)
+        self._epoch = epoch
+        for row in rows:
+            self._workers[row.worker_id] = row
+
+    # ------------------------------------------------------------------ RPCs
+
+    def register(self, info: WorkerInfo, block_ids: Iterable[int] = ()) -> Registered:
+        """A worker (re)joins with its full block report. Worker ids are chosen and persisted by
+        the workers; a known id's info is replaced."""
+        validate_worker_id(info.worker_id)
+        if not 0 <= info.port < 65536 or not 0 <= info.lm_port < 65536:
+            raise InvalidArgument("port out of range")
+        record = dataclasses.replace(info, live=True, last_heartbeat_ms=self._wall_ms())
+        reported = list(block_ids)
+        with self._ns.transaction():
+            delete = self._ns.reconcile_blocks(info.worker_id, reported)
+            self._commit_change([record])
+        self._last_seen[info.worker_id] = self._clock()
+        log.info("worker %s registered (%s:%d node %s, %d blocks reported, %d to delete), epoch %d",
+                 info.worker_id, info.host, info.port, info.node, len(reported), len(delete), self._epoch)
+        return Registered(self.cluster_id, self._epoch, self.heartbeat_interval_ms, self.lease_ms,
+                          tuple(delete))
+
+    def heartbeat(self, worker_id: str, usage: Usage, evicted: Iterable[int] = (),
+                  bad: Iterable[int] = ()) -> HeartbeatResult:
+        self.expire()
+        if worker_id not in self._last_seen:
+            return HeartbeatResult(self._epoch, reregister=True)
+        self._last_seen[worker_id] = self._clock()
+        self._workers[worker_id] = dataclasses.replace(
+            self._workers[worker_id], capacity=usage.capacity, used=usage.used, available=usage.available,
+            blocks=usage.blocks, objects=usage.objects, evictions=usage.evictions,
+            last_heartbeat_ms=self._wall_ms())
+        evicted, bad = list(evicted), list(bad)
+        if evicted or bad:
+            with self._ns.transaction():
+                gone = self._ns.drop_locations(worker_id, evicted, unlink_cache=True)
+                broken = self._ns.drop_locations(worker_id, bad, unlink_cache=True)
+            if gone.unlinked_inos or broken.unlinked_inos:
+                log.info("worker %s: %d evicted, %d bad blocks; unlinked cache files %s", worker_id,
+                         len(evicted), len(bad), list(gone.unlinked_inos + broken.unlinked_inos))
+            if bad:
+                log.warning("worker %s reported bad blocks %s", worker_id, bad[:20])
+        deletions = self._ns.take_deletions(worker_id)
+        return HeartbeatResult(self._epoch, reregister=False, delete_block_ids=tuple(deletions))
+
+    def expire(self) -> list[str]:
+        """Workers silent for longer than the lease leave the live set (one epoch bump for all)."""
+        now = self._clock()
+        limit = self.lease_ms / 1000.0
+        gone = sorted(w for w, seen in self._last_seen.items() if now - seen > limit)
+        if not gone:
+            return []
+        self._commit_change(dataclasses.replace(self._workers[w], live=False) for w in gone)
+        for worker_id in gone:
+            del self._last_seen[worker_id]
+        log.warning("workers %s missed their lease of %d ms and left the view, epoch %d",
+                    gone, self.lease_ms, self._epoch)
+        return gone
+
+    def live_workers(self) -> list[WorkerInfo]:
+        return [self._workers[w] for w in sorted(self._last_seen)]
+
+    def live_ids(self) -> set[str]:
+        return set(self._last_seen)
+
+    def view(self) -> MembershipView:
+        self.expire()
+        return MembershipView(self._epoch, tuple(self.live_workers()), self.cluster_id)
+
+    def all_workers(self) -> list[WorkerInfo]:
+        return [dataclasses.replace(w, live=w.worker_id in self._last_seen)
+                for _, w in sorted(self._workers.items())]
+
+    def report(self) -> ClusterReport:
+        self.expire()
+        live = self.live_workers()
+        counts = self._ns.counts()
+        return ClusterReport(
+            cluster_id=self.cluster_id, epoch=self._epoch, workers=tuple(self.all_workers()),
+            capacity=sum(w.capacity for w in live), used=sum(w.used for w in live),
+            available=sum(w.available for w in live), files=counts.files,
+            directories=counts.directories, blocks=counts.blocks)

@@ -1,0 +1,231 @@
+"""The Master gRPC service (grpc.aio): thin handlers that run the store on its thread and convert.
+
+Every handler is wrapped by `grpc_method`, so a CurvineError becomes its gRPC status plus the
+`curvine-errno` trailer. Every store call (reads too) goes through the StoreThread: one thread owns
+SQLite, and a reply is only released after the batch it ran in was committed.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import grpc
+
+from curvine_py.master import convert
+from curvine_py.master.membership import Membership
+from curvine_py.master.namespace import Namespace
+from curvine_py.master.storethread import StoreThread
+from curvine_py.master.types import AddedBlock, StatFs
+from curvine_py.proto.curvine.v1 import master_pb2 as mpb
+from curvine_py.proto.curvine.v1 import master_pb2_grpc
+from curvine_py.rpc.auth import TokenInterceptor
+from curvine_py.rpc.errors import grpc_method
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE = 64 << 20
+OPEN_BLOCK_MAX_AGE_MS = 24 * 3600 * 1000   # a block allocated and never committed for a day is given up
+OPEN_BLOCK_SWEEP_S = 600.0
+
+Ctx = grpc.aio.ServicerContext
+
+
+class MasterService(master_pb2_grpc.MasterServicer):
+    def __init__(self, ns: Namespace, membership: Membership, store: StoreThread) -> None:
+        self._ns = ns
+        self._mem = membership
+        self._store = store
+
+    # ------------------------------------------------------------------ composite store calls
+    # (each runs entirely on the store thread)
+
+    def _add_block(self, ino: int, index: int, client_node: str) -> AddedBlock:
+        self._mem.expire()
+        return self._ns.add_block(ino, index, client_node, self._mem.live_workers())
+
+    def _statfs(self) -> StatFs:
+        return self._ns.statfs(self._mem.live_workers())
+
+    # ------------------------------------------------------------------ namespace
+
+    @grpc_method
+    async def Lookup(self, request: mpb.LookupRequest, context: Ctx) -> mpb.AttrReply:
+        attr = await self._store.call(self._ns.lookup, request.parent, request.name)
+        return mpb.AttrReply(attr=convert.attr_pb(attr))
+
+    @grpc_method
+    async def GetAttr(self, request: mpb.InodeRequest, context: Ctx) -> mpb.AttrReply:
+        attr = await self._store.call(self._ns.getattr, request.ino)
+        return mpb.AttrReply(attr=convert.attr_pb(attr))
+
+    @grpc_method
+    async def ResolvePath(self, request: mpb.PathRequest, context: Ctx) -> mpb.AttrReply:
+        attr = await self._store.call(self._ns.resolve_path, request.path, request.follow_symlinks)
+        return mpb.AttrReply(attr=convert.attr_pb(attr))
+
+    @grpc_method
+    async def SetAttr(self, request: mpb.SetAttrRequest, context: Ctx) -> mpb.AttrReply:
+        attr = await self._store.call(self._ns.setattr, request.ino, convert.setattr_from_pb(request))
+        return mpb.AttrReply(attr=convert.attr_pb(attr))
+
+    @grpc_method
+    async def Create(self, request: mpb.CreateRequest, context: Ctx) -> mpb.AttrReply:
+        def create() -> Any:
+            return self._ns.create(
+                request.parent, request.name, request.type, request.mode, uid=request.caller.uid, gid=request.caller.gid,
+                rdev=request.rdev, symlink_target=request.symlink_target, exclusive=request.exclusive,
+                truncate=request.truncate)
+
+        attr = await self._store.call(create)
+        return mpb.AttrReply(attr=convert.attr_pb(attr))
+
+    @grpc_method
+    async def Link(self, request: mpb.LinkRequest, context: Ctx) -> mpb.AttrReply:
+        attr = await self._store.call(self._ns.link, request.ino, request.new_parent, request.new_name)
+        return mpb.AttrReply(attr=convert.attr_pb(attr))
+
+    @grpc_method
+    async def Unlink(self, request: mpb.UnlinkRequest, context: Ctx) -> mpb.UnlinkReply:
+        def unlink() -> Any:
+            return self._ns.unlink(request.parent, request.name, directory=request.directory,
+                                   keep_orphan=request.keep_orphan)
+
+        result = await self._store.call(unlink)
+        return mpb.UnlinkReply(ino=result.ino, nlink=result.nlink)
+
+    @grpc_method
+    async def Rename(self, request: mpb.RenameRequest, context: Ctx) -> mpb.RenameReply:
+        result = await self._store.call(self._ns.rename, request.parent, request.name, request.new_parent,
+                                        request.new_name, request.flags)
+        return mpb.RenameReply(replaced_ino=result.replaced_ino, replaced_nlink=result.replaced_nlink)
+
+    @grpc_method
+    async def ReadDir(self, request: mpb.ReadDirRequest, context: Ctx) -> mpb.ReadDirReply:
+        entries, more = await self._store.call(self._ns.readdir, request.ino, request.after_name, request.limit)
+        return mpb.ReadDirReply(entries=[mpb.DirEntry(name=e.name, attr=convert.attr_pb(e.attr)) for e in entries],
+                                more=more)
+
+    @grpc_method
+    async def ReadLink(self, request: mpb.InodeRequest, context: Ctx) -> mpb.ReadLinkReply:
+        return mpb.ReadLinkReply(target=await self._store.call(self._ns.readlink, request.ino))
+
+    @grpc_method
+    async def GetXattr(self, request: mpb.XattrRequest, context: Ctx) -> mpb.XattrReply:
+        return mpb.XattrReply(value=await self._store.call(self._ns.getxattr, request.ino, request.name))
+
+    @grpc_method
+    async def SetXattr(self, request: mpb.XattrRequest, context: Ctx) -> mpb.Empty:
+        await self._store.call(self._ns.setxattr, request.ino, request.name, request.value, request.flags)
+        return mpb.Empty()
+
+    @grpc_method
+    async def ListXattr(self, request: mpb.XattrRequest, context: Ctx) -> mpb.XattrReply:
+        return mpb.XattrReply(names=await self._store.call(self._ns.listxattr, request.ino))
+
+    @grpc_method
+    async def RemoveXattr(self, request: mpb.XattrRequest, context: Ctx) -> mpb.Empty:
+        await self._store.call(self._ns.removexattr, request.ino, request.name)
+        return mpb.Empty()
+
+    @grpc_method
+    async def StatFs(self, request: mpb.Empty, context: Ctx) -> mpb.StatFsReply:
+        s = await self._store.call(self._statfs)
+        return mpb.StatFsReply(capacity=s.capacity, used=s.used, available=s.available, files=s.files,
+                               block_size=s.block_size)
+
+    @grpc_method
+    async def ReleaseOrphan(self, request: mpb.InodeRequest, context: Ctx) -> mpb.Empty:
+        await self._store.call(self._ns.release_orphan, request.ino)
+        return mpb.Empty()
+
+    # ------------------------------------------------------------------ file data
+
+    @grpc_method
+    async def GetBlocks(self, request: mpb.InodeRequest, context: Ctx) -> mpb.BlocksReply:
+        def get() -> Any:
+            return self._ns.get_blocks(request.ino, self._mem.live_ids())
+
+        fb = await self._store.call(get)
+        return mpb.BlocksReply(attr=convert.attr_pb(fb.attr), blocks=[convert.block_pb(b) for b in fb.blocks],
+                               policy=convert.policy_pb(fb.policy))
+
+    @grpc_method
+    async def AddBlock(self, request: mpb.AddBlockRequest, context: Ctx) -> mpb.AddBlockReply:
+        added = await self._store.call(self._add_block, request.ino, request.index, request.client_node)
+        return mpb.AddBlockReply(block_id=added.block_id, worker_ids=list(added.worker_ids),
+                                 storage_class=int(added.storage_class),  # type: ignore[arg-type]
+                                 ttl_ms=added.ttl_ms, block_size=added.block_size)
+
+    @grpc_method
+    async def CommitFile(self, request: mpb.CommitFileRequest, context: Ctx) -> mpb.AttrReply:
+        blocks = [convert.block_from_pb(b) for b in request.blocks]
+        attr = await self._store.call(self._ns.commit_file, request.ino, request.size, blocks, request.set_mtime)
+        return mpb.AttrReply(attr=convert.attr_pb(attr))
+
+    # ------------------------------------------------------------------ policy
+
+    @grpc_method
+    async def SetPolicy(self, request: mpb.SetPolicyRequest, context: Ctx) -> mpb.PolicyReply:
+        policy = convert.policy_from_pb(request.policy)
+        return convert.policy_reply(await self._store.call(self._ns.set_policy, request.path, policy))
+
+    @grpc_method
+    async def GetPolicy(self, request: mpb.PathRequest, context: Ctx) -> mpb.PolicyReply:
+        return convert.policy_reply(await self._store.call(self._ns.get_policy, request.path))
+
+    # ------------------------------------------------------------------ cluster
+
+    @grpc_method
+    async def RegisterWorker(self, request: mpb.RegisterWorkerRequest,
+                             context: Ctx) -> mpb.RegisterWorkerReply:
+        info = convert.worker_from_pb(request.info)
+        reg = await self._store.call(self._mem.register, info, list(request.block_ids))
+        return mpb.RegisterWorkerReply(cluster_id=reg.cluster_id, epoch=reg.epoch,
+                                       heartbeat_interval_ms=reg.heartbeat_interval_ms, lease_ms=reg.lease_ms,
+                                       delete_block_ids=list(reg.delete_block_ids))
+
+    @grpc_method
+    async def Heartbeat(self, request: mpb.HeartbeatRequest, context: Ctx) -> mpb.HeartbeatReply:
+        hb = await self._store.call(self._mem.heartbeat, request.worker_id, convert.usage_from_pb(request),
+                                    list(request.evicted_block_ids), list(request.bad_block_ids))
+        return mpb.HeartbeatReply(epoch=hb.epoch, reregister=hb.reregister,
+                                  delete_block_ids=list(hb.delete_block_ids))
+
+    @grpc_method
+    async def GetMembership(self, request: mpb.Empty, context: Ctx) -> mpb.Membership:
+        return convert.membership_pb(await self._store.call(self._mem.view))
+
+    @grpc_method
+    async def Report(self, request: mpb.Empty, context: Ctx) -> mpb.ClusterReport:
+        return convert.report_pb(await self._store.call(self._mem.report))
+
+    # ------------------------------------------------------------------ background
+
+    async def maintain(self) -> None:
+        """Lease expiry (so the view shrinks even when nobody asks) and the sweep of blocks that
+        were allocated but never committed. Runs until cancelled."""
+        tick = max(0.05, min(self._mem.lease_ms, self._mem.heartbeat_interval_ms) / 4000.0)
+        loop = asyncio.get_running_loop()
+        next_sweep = loop.time() + OPEN_BLOCK_SWEEP_S
+        while True:
+            await asyncio.sleep(tick)
+            await self._store.call(self._mem.expire)
+            if loop.time() >= next_sweep:
+                next_sweep = loop.time() + OPEN_BLOCK_SWEEP_S
+                dropped = await self._store.call(self._ns.expire_open_blocks, OPEN_BLOCK_MAX_AGE_MS)
+                if dropped:
+                    log.info("gave up %d blocks allocated but never committed", dropped)
+
+
+def server_options() -> list[tuple[str, int]]:
+    return [("grpc.max_send_message_length", MAX_MESSAGE),
+            ("grpc.max_receive_message_length", MAX_MESSAGE),
+            ("grpc.so_reuseport", 0)]
+
+
+def build_server(service: MasterService, token: str) -> grpc.aio.Server:
+    interceptors = [TokenInterceptor(token)] if token else []
+    server = grpc.aio.server(interceptors=interceptors, options=server_options())
+    master_pb2_grpc.add_MasterServicer_to_server(service, server)
+    return server

@@ -1,0 +1,112 @@
+"""The one thread that touches the master's SQLite database, with group commit.
+
+Why one thread: SQLite serialises writers anyway, and keeping every call on one thread removes
+locking from the store and keeps the asyncio loop free to accept RPCs while a commit fsyncs.
+
+Group commit: while a batch is being executed and fsynced, new calls queue up; the next batch runs
+all of them inside one transaction (each as its own SAVEPOINT, so a failing call rolls back only
+itself) and makes them durable with one COMMIT. No reply (not even for a read, which may have seen
+an earlier call's uncommitted write in the same batch) is released before that COMMIT returned.
+
+Error handling: an exception raised by a call is that call's answer. If the COMMIT itself fails,
+every call of the batch fails with an I/O error (none of them is durable).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from curvine_py.core.errors import CurvineError
+from curvine_py.master.namespace import Namespace
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+MAX_BATCH = 256   # bounds the latency one batch adds to the calls queued behind it
+
+
+@dataclass(slots=True)
+class _Call:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():       # the RPC was cancelled; the work is done (and durable) regardless
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+class StoreThread:
+    def __init__(self, ns: Namespace, *, max_batch: int = MAX_BATCH, name: str = "master-store") -> None:
+        self._ns = ns
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.batches = 0
+        self.calls = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Finishes the calls already queued, then ends the thread."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Call(fn, args, future, loop))
+        return await future
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            stopping = False
+            while len(batch) < self._max_batch:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            self._execute(batch)
+            if stopping:
+                return
+
+    def _execute(self, batch: list[_Call]) -> None:
+        results: list[tuple[bool, Any]] = []
+        try:
+            with self._ns.batch():
+                for call in batch:
+                    try:
+                        results.append((True, call.fn(*call.args)))
+                    except Exception as exc:  # noqa: BLE001 - the call's own answer
+                        results.append((False, exc))
+        except Exception as exc:  # COMMIT failed: nothing of this batch is durable
+            log.exception("commit of a batch of %d calls failed", len(batch))
+            results = [(False, CurvineError(f"metadata commit failed: {exc}")) for _ in batch]
+        self.batches += 1
+        self.calls += len(batch)
+        for call, (ok, value) in zip(batch, results, strict=True):
+            try:
+                call.loop.call_soon_threadsafe(_settle, call.future, ok, value)
+            except RuntimeError:    # the loop is closed (shutdown): nobody waits any more
+                pass
