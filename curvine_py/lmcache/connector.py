@@ -1,0 +1,186 @@
+"""LMCache in-process mode: a `RemoteConnector` for `remote_storage_plugins`.
+
+    remote_storage_plugins: ["curvine"]
+    extra_config:
+      remote_storage_plugin.curvine.module_path: curvine_py.lmcache.connector
+      remote_storage_plugin.curvine.class_name: CurvineConnectorAdapter
+      remote_storage_plugin.curvine.master: "10.0.0.1:8995"
+
+Keys go straight to their owner worker (client-side rendezvous hashing), the bytes land in the
+MemoryObj LMCache allocated (`recv_into`, no copy), LMCache's RemoteMetadata (fmt/dtype/shape) is
+stored with each object so any reader can allocate the right shape. A miss or any failure is
+`None`/False to LMCache, never an exception: the cache must not break serving. Connections
+reconnect by themselves after a worker restart (LMCache never rebuilds a broken connector).
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from lmcache.utils import CacheEngineKey
+from lmcache.v1.memory_management import MemoryObj
+from lmcache.v1.protocol import RemoteMetadata
+from lmcache.v1.storage_backend.connector import ConnectorAdapter, ConnectorContext
+from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
+
+from curvine_py.core.errors import CurvineError
+from curvine_py.lmcache.settings import client_from
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+PLUGIN = "curvine"
+
+
+def plugin_params(config: Any, plugin_name: str) -> dict[str, Any]:
+    """`remote_storage_plugin.<name>.<param>` entries of extra_config, as a dict."""
+    prefix = f"remote_storage_plugin.{plugin_name}."
+    extra = (config.extra_config if config is not None else None) or {}
+    return {k[len(prefix):]: v for k, v in extra.items() if k.startswith(prefix)}
+
+
+class CurvineConnector(RemoteConnector):  # type: ignore[misc]
+    def __init__(self, loop: asyncio.AbstractEventLoop, local_cpu_backend: Any, config: Any,
+                 plugin_name: str = PLUGIN) -> None:
+        super().__init__(local_cpu_backend.config, local_cpu_backend.metadata)
+        params = plugin_params(config, plugin_name)
+        self.loop = loop
+        self.local_cpu_backend = local_cpu_backend
+        self._client = client_from(params)
+        self._kv = self._client.kv
+        self._pool = ThreadPoolExecutor(max_workers=int(params.get("num_workers", 4)),
+                                        thread_name_prefix="curvine-lmcache")
+        log.info("curvine connector %s -> master %s", plugin_name, self._client.config.master)
+
+    async def _run(self, func: Callable[..., T], *args: Any) -> T:
+        return await self.loop.run_in_executor(self._pool, functools.partial(func, *args))
+
+    # -- single-key operations ---------------------------------------------------------------
+    async def exists(self, key: CacheEngineKey) -> bool:
+        return await self._run(self.exists_sync, key)
+
+    def exists_sync(self, key: CacheEngineKey) -> bool:
+        try:
+            return self._kv.exists(key.to_string())
+        except CurvineError as exc:
+            log.warning("exists %s failed: %s", key.to_string(), exc)
+            return False
+
+    async def get(self, key: CacheEngineKey) -> MemoryObj | None:
+        return await self._run(self._get_sync, key)
+
+    def _get_sync(self, key: CacheEngineKey) -> MemoryObj | None:
+        name = key.to_string()
+        memory_obj = self.local_cpu_backend.allocate(self.meta_shapes, self.meta_dtypes, self.meta_fmt)
+        if memory_obj is None:
+            log.debug("no L1 memory for %s", name)
+            return None
+        target = memoryview(memory_obj.byte_array).cast("B")
+        try:
+            found = self._kv.get_with_meta(name, target)
+        except CurvineError as exc:
+            log.warning("get %s failed: %s", name, exc)
+            found = None
+        if found is None:
+            memory_obj.ref_count_down()
+            return None
+        data, meta = found
+        if meta:
+            stored = RemoteMetadata.deserialize(meta)
+            if (list(stored.shapes), list(stored.dtypes)) != (list(self.meta_shapes), list(self.meta_dtypes)):
+                # Objects written by an engine with another layout (e.g. a partial chunk): allocate
+                # exactly what the writer described and copy (rare, not the hot path).
+                memory_obj.ref_count_down()
+                memory_obj = self.local_cpu_backend.allocate(stored.shapes, stored.dtypes, stored.fmt)
+                if memory_obj is None:
+                    return None
+                exact = memoryview(memory_obj.byte_array).cast("B")
+                exact[:len(data)] = data
+                return memory_obj
+        if len(data) != len(target):
+            return self.reshape_partial_chunk(memory_obj, len(data))
+        return memory_obj
+
+    async def put(self, key: CacheEngineKey, memory_obj: MemoryObj) -> None:
+        await self._run(self._put_sync, key, memory_obj)
+
+    def _put_sync(self, key: CacheEngineKey, memory_obj: MemoryObj) -> None:
+        buffer = memoryview(memory_obj.byte_array).cast("B")
+        meta = RemoteMetadata(len(buffer), memory_obj.get_shapes(), memory_obj.get_dtypes(),
+                              memory_obj.get_memory_format()).serialize()
+        try:
+            self._kv.put(key.to_string(), buffer, user_meta=meta)
+        except CurvineError as exc:
+            log.warning("put %s failed: %s", key.to_string(), exc)
+
+    def remove_sync(self, key: CacheEngineKey) -> bool:
+        try:
+            return self._kv.delete(key.to_string())
+        except CurvineError:
+            return False
+
+    async def list(self) -> list[str]:
+        return []
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._client.close()
+
+    # -- batched operations ------------------------------------------------------------------
+    def support_ping(self) -> bool:
+        return True
+
+    async def ping(self) -> int:
+        def check() -> int:
+            try:
+                self._client.membership.refresh()
+                return 0
+            except CurvineError:
+                return 1
+        return await self._run(check)
+
+    def support_batched_get(self) -> bool:
+        return True
+
+    async def batched_get(self, keys: list[CacheEngineKey]) -> list[MemoryObj | None]:
+        return list(await asyncio.gather(*(self.get(key) for key in keys)))
+
+    def support_batched_put(self) -> bool:
+        return True
+
+    async def batched_put(self, keys: list[CacheEngineKey], memory_objs: list[MemoryObj]) -> None:
+        await asyncio.gather(*(self.put(k, m) for k, m in zip(keys, memory_objs, strict=True)))
+
+    def support_batched_contains(self) -> bool:
+        return True
+
+    def batched_contains(self, keys: list[CacheEngineKey]) -> int:
+        try:
+            return self._kv.exists_prefix([k.to_string() for k in keys])
+        except CurvineError as exc:
+            log.warning("batched contains failed: %s", exc)
+            return 0
+
+    def support_batched_async_contains(self) -> bool:
+        return True
+
+    async def batched_async_contains(self, lookup_id: str, keys: list[CacheEngineKey], pin: bool = False) -> int:
+        return await self._run(self.batched_contains, keys)
+
+
+class CurvineConnectorAdapter(ConnectorAdapter):  # type: ignore[misc]
+    """Loaded by LMCache's plugin launcher (no arguments); knows its instance name from the context,
+    so several instances (`curvine.a`, `curvine.b`) read their own extra_config keys."""
+
+    def __init__(self) -> None:
+        super().__init__(f"plugin://{PLUGIN}")
+
+    def can_parse(self, url: str) -> bool:
+        return url.startswith(f"plugin://{PLUGIN}")
+
+    def create_connector(self, context: ConnectorContext) -> RemoteConnector:
+        name = context.plugin_name or PLUGIN
+        return CurvineConnector(context.loop, context.local_cpu_backend, context.config, name)

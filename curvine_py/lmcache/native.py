@@ -1,0 +1,110 @@
+"""LMCache multiprocess mode: a `native_plugin` L2 connector.
+
+    lmcache server ... --l2-adapter '{"type": "native_plugin",
+        "module_path": "curvine_py.lmcache.native", "class_name": "CurvineNativeConnector",
+        "adapter_params": {"master": "10.0.0.1:8995"}}'
+
+Contract (lmcache/v1/distributed/l2_adapters/native_connector_l2_adapter.py): `submit_batch_*`
+return a future id at once; the work runs on our threads; each finished batch is queued as
+`(future_id, ok, error, per_key_bools)` and signalled on one eventfd that LMCache polls, then
+collected with `drain_completions()`.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from curvine_py.core.errors import CurvineError
+from curvine_py.lmcache.settings import client_from
+
+log = logging.getLogger(__name__)
+
+Completion = tuple[int, bool, str, list[bool] | None]
+
+
+class CurvineNativeConnector:
+    def __init__(self, num_workers: int = 4, **params: Any) -> None:
+        self._client = client_from(params)
+        self._kv = self._client.kv
+        self._pool = ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="curvine-l2")
+        self._event_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._done: list[Completion] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    def event_fd(self) -> int:
+        return self._event_fd
+
+    def _submit(self, work: Callable[[], list[bool]]) -> int:
+        future_id = next(self._ids)
+
+        def run() -> None:
+            try:
+                completion: Completion = (future_id, True, "", work())
+            except CurvineError as exc:
+                completion = (future_id, False, str(exc), None)
+            except Exception as exc:  # a bug must still complete the future, or LMCache waits forever
+                log.exception("native connector batch %d failed", future_id)
+                completion = (future_id, False, repr(exc), None)
+            with self._lock:
+                self._done.append(completion)
+            os.eventfd_write(self._event_fd, 1)
+
+        self._pool.submit(run)
+        return future_id
+
+    def submit_batch_get(self, keys: list[str], buffers: list[memoryview]) -> int:
+        def work() -> list[bool]:
+            results = []
+            for key, buffer in zip(keys, buffers, strict=True):
+                target = memoryview(buffer).cast("B")
+                try:
+                    results.append(self._kv.get_into(key, target) == len(target))
+                except CurvineError as exc:
+                    log.warning("get %s failed: %s", key, exc)
+                    results.append(False)
+            return results
+        return self._submit(work)
+
+    def submit_batch_set(self, keys: list[str], buffers: list[memoryview]) -> int:
+        def work() -> list[bool]:
+            results = []
+            for key, buffer in zip(keys, buffers, strict=True):
+                try:
+                    self._kv.put(key, memoryview(buffer).cast("B"))
+                    results.append(True)
+                except CurvineError as exc:
+                    log.warning("put %s failed: %s", key, exc)
+                    results.append(False)
+            return results
+        return self._submit(work)
+
+    def submit_batch_exists(self, keys: list[str]) -> int:
+        def work() -> list[bool]:
+            # LMCache loads the hit prefix of a lookup; keys after the first miss are reported
+            # missing (one batched EXISTS per owner instead of a round trip per key).
+            hits = self._kv.exists_prefix(keys, pin=True)
+            return [i < hits for i in range(len(keys))]
+        return self._submit(work)
+
+    def submit_batch_delete(self, keys: list[str]) -> int:
+        return self._submit(lambda: [self._kv.delete(key) for key in keys])
+
+    def drain_completions(self) -> list[Completion]:
+        try:
+            os.eventfd_read(self._event_fd)
+        except BlockingIOError:
+            pass
+        with self._lock:
+            done, self._done = self._done, []
+        return done
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._client.close()
+        os.close(self._event_fd)

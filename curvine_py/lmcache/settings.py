@@ -1,0 +1,24 @@
+"""Where the LMCache plugins find the cluster: plugin parameters first, then CURVINE_* env."""
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from curvine_py.client import CurvineClient
+from curvine_py.core.errors import InvalidArgument
+
+
+def client_from(params: Mapping[str, Any]) -> CurvineClient:
+    """Builds the client from `master`, `token`, `node`, `replicas` (plugin params or env)."""
+    master = params.get("master") or os.environ.get("CURVINE_MASTER")
+    if not master:
+        raise InvalidArgument("curvine LMCache plugin needs `master` (HOST:PORT) or CURVINE_MASTER")
+    return CurvineClient(
+        str(master),
+        token=str(params.get("token") or os.environ.get("CURVINE_TOKEN", "")),
+        node=str(params.get("node") or os.environ.get("CURVINE_NODE") or socket.gethostname()),
+        kv_replicas=int(params.get("replicas", 1)),
+        data_timeout_s=float(params.get("timeout_s", 10.0)),
+    )
