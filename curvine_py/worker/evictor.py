@@ -1,0 +1,84 @@
+"""Applies the eviction policy (core/eviction.py) to the store: periodically (TTL expiry whatever
+the usage, LRU above the high watermark down to the low one) and on demand when a write lacks room.
+
+Durable entries and pinned entries (EXISTS pin=true, inside the grace period) are never chosen.
+Readers that already hold a file open keep reading it after an eviction (Linux unlink semantics).
+Evicted blocks are queued in the store and reported to the master by the next heartbeat.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from curvine_py.core.eviction import choose_victims
+from curvine_py.proto.curvine.v1.common_pb2 import DURABLE
+from curvine_py.worker.store import Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 1.0   # TTL granularity; cheap: a pass over the in-memory inventory
+
+
+class Evictor:
+    def __init__(self, store: Store, *, high: float, low: float, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+        if not 0 < low <= high <= 1:
+            raise ValueError(f"watermarks must satisfy 0 < low <= high <= 1, got {low}, {high}")
+        self._store = store
+        self._high = high
+        self._low = low
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        store.attach_reclaimer(self.make_room)
+
+    def make_room(self, dir_index: int, needed: int) -> int:
+        """On demand, for a write of `needed` bytes into `dir_index`; returns entries evicted.
+        Evicts nothing when even evicting every candidate would not make the write fit (the
+        write gets ENOSPC without wiping the cache for nothing)."""
+        store = self._store
+        with store.lock:
+            used, capacity = store.dirs[dir_index].pressure()
+            candidates = store.candidates(dir_index)
+            evictable = sum(c.size for c in candidates if c.storage_class != DURABLE and not c.pinned)
+            if used + needed - evictable > capacity:
+                return 0
+            victims = choose_victims(candidates, used=used, capacity=capacity, now_ms=store.clock(),
+                                     high=self._high, low=self._low, extra_needed=needed)
+            store.evict(v.name for v in victims)
+        if victims:
+            log.info("evicted %d entries from %s to make room for %d bytes", len(victims),
+                     store.dirs[dir_index].path, needed)
+        return len(victims)
+
+    def run_once(self) -> int:
+        """One periodic pass over every dir; returns entries evicted."""
+        store = self._store
+        total = 0
+        for index, data_dir in enumerate(store.dirs):
+            with store.lock:
+                used, capacity = data_dir.pressure()
+                victims = choose_victims(store.candidates(index), used=used, capacity=capacity,
+                                         now_ms=store.clock(), high=self._high, low=self._low)
+                if victims:
+                    store.evict(v.name for v in victims)
+            if victims:
+                log.info("evicted %d entries from %s (expired or above the high watermark)",
+                         len(victims), data_dir.path)
+            total += len(victims)
+        return total
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="evictor", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("eviction pass failed")

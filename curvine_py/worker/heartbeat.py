@@ -1,0 +1,155 @@
+"""Membership: RegisterWorker (identity, capacity, full block inventory), then Heartbeat every
+`heartbeat_interval_ms` with usage, counts and the blocks evicted or found bad since the last beat.
+
+Runs in a background thread with the generated sync stub; every call has a deadline. When the
+master is down the worker keeps serving data and retries with capped exponential backoff; block
+reports that could not be delivered are kept for the next beat. The master may answer
+`reregister` (it lost track of us, e.g. our lease expired): we register again with the inventory.
+Blocks the master no longer references (`delete_block_ids`) are deleted locally.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from curvine_py.core.errors import NotFound
+from curvine_py.proto.curvine.v1 import master_pb2
+from curvine_py.proto.curvine.v1.master_pb2_grpc import MasterStub
+from curvine_py.rpc.auth import call_metadata
+from curvine_py.rpc.errors import from_rpc_error
+from curvine_py.worker.server import WorkerState
+from curvine_py.worker.store import Store
+
+log = logging.getLogger(__name__)
+
+RPC_TIMEOUT_S = 5.0
+DEFAULT_INTERVAL_MS = 1000
+BACKOFF_START_S = 0.1
+BACKOFF_MAX_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Advertised:
+    """How other nodes reach this worker (sent with every registration)."""
+    worker_id: str
+    host: str
+    port: int
+    unix_socket: str
+    node: str
+    lm_port: int = 0
+
+
+class Heartbeater:
+    def __init__(self, store: Store, state: WorkerState, advertised: Advertised, *, master: str, token: str,
+                 rpc_timeout_s: float = RPC_TIMEOUT_S) -> None:
+        self._store = store
+        self._state = state
+        self._advertised = advertised
+        self._master = master
+        self._metadata = call_metadata(token)
+        self._timeout = rpc_timeout_s
+        self._channel = grpc.insecure_channel(master)
+        self._stub = MasterStub(self._channel)  # type: ignore[no-untyped-call]
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.registered = threading.Event()   # set after the first successful registration
+        self._needs_register = True
+        self.interval_s = DEFAULT_INTERVAL_MS / 1000
+        self.cluster_id = ""
+
+    def worker_info(self) -> master_pb2.WorkerInfo:
+        usage = self._store.usage()
+        stats = self._store.stats()
+        a = self._advertised
+        return master_pb2.WorkerInfo(worker_id=a.worker_id, host=a.host, port=a.port, unix_socket=a.unix_socket,
+                                     node=a.node, capacity=usage.capacity, used=usage.used,
+                                     available=usage.available, lm_port=a.lm_port, live=True,
+                                     blocks=stats.blocks, objects=stats.objects, evictions=stats.evictions)
+
+    def register(self) -> None:
+        """One RegisterWorker call (raises grpc.RpcError)."""
+        # Pending reports are superseded by the inventory we send: take them before reading it.
+        self._store.take_reports()
+        request = master_pb2.RegisterWorkerRequest(info=self.worker_info(), block_ids=self._store.block_ids())
+        reply = self._stub.RegisterWorker(request, timeout=self._timeout, metadata=self._metadata)
+        self.cluster_id = reply.cluster_id
+        self._state.epoch = reply.epoch
+        if reply.heartbeat_interval_ms:
+            self.interval_s = reply.heartbeat_interval_ms / 1000
+        self._apply_deletes(reply.delete_block_ids)
+        self._needs_register = False
+        log.info("registered with master %s as %s (cluster %s, epoch %d, %d blocks)", self._master,
+                 self._advertised.worker_id, reply.cluster_id, reply.epoch, len(request.block_ids))
+        self.registered.set()
+
+    def beat(self) -> None:
+        """One Heartbeat call (raises grpc.RpcError); undelivered reports are kept."""
+        evicted, bad = self._store.take_reports()
+        usage = self._store.usage()
+        stats = self._store.stats()
+        request = master_pb2.HeartbeatRequest(
+            worker_id=self._advertised.worker_id, capacity=usage.capacity, used=usage.used,
+            available=usage.available, evicted_block_ids=evicted, bad_block_ids=bad, blocks=stats.blocks,
+            objects=stats.objects, evictions=stats.evictions)
+        try:
+            reply = self._stub.Heartbeat(request, timeout=self._timeout, metadata=self._metadata)
+        except grpc.RpcError:
+            self._store.return_reports(evicted, bad)
+            raise
+        self._state.epoch = reply.epoch
+        self._apply_deletes(reply.delete_block_ids)
+        if reply.reregister:
+            log.info("master %s asks us to register again", self._master)
+            self._needs_register = True
+
+    def _apply_deletes(self, block_ids: Sequence[int]) -> None:
+        deleted = sum(1 for block_id in block_ids if self._store.delete_block(block_id))
+        if block_ids:
+            log.info("master released %d blocks, %d were here and are deleted", len(block_ids), deleted)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._timeout + 1)
+        self._channel.close()
+
+    def _run(self) -> None:
+        backoff = BACKOFF_START_S
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                if self._needs_register:
+                    self.register()
+                else:
+                    self.beat()
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+                if isinstance(error, NotFound):
+                    self._needs_register = True   # the master does not know this worker
+                failures += 1
+                # Log the first failure and then every tenth: a master outage must not flood logs.
+                if failures == 1 or failures % 10 == 0:
+                    log.warning("master %s: %s failed (%d in a row): %s", self._master,
+                                "registration" if self._needs_register else "heartbeat", failures, error)
+                self._stop.wait(backoff * random.uniform(0.5, 1.0))
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                continue
+            except Exception:
+                log.exception("heartbeat loop error")
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                continue
+            if failures:
+                log.info("master %s reachable again after %d failed calls", self._master, failures)
+            failures, backoff = 0, BACKOFF_START_S
+            if not self._needs_register:
+                self._stop.wait(self.interval_s)

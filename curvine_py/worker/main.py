@@ -1,0 +1,170 @@
+"""`curvine-py worker`: the composition root of a storage worker.
+
+Opens the store (locks the data dirs, rebuilds the inventory), starts the short-circuit unix socket,
+the TCP data plane, the evictor and the heartbeat loop, and prints exactly one ready line
+`worker=HOST:PORT id=WORKER_ID` once the data plane listens *and* the master accepted the
+registration. SIGTERM/SIGINT stop everything in reverse order and exit 0. Teardown is registered
+on one ExitStack, not scattered.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import socket
+import sys
+import threading
+from types import FrameType
+
+from curvine_py import config
+from curvine_py.config import WorkerConfig
+from curvine_py.core.errors import CurvineError, InvalidArgument
+from curvine_py.worker.evictor import Evictor
+from curvine_py.worker.heartbeat import Advertised, Heartbeater
+from curvine_py.worker.server import DataServer, WorkerState
+from curvine_py.worker.shortcircuit import ShortCircuitServer, default_socket_path
+from curvine_py.worker.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="curvine-py worker", description="Run a storage worker on this node.")
+    p.add_argument("--master", help="master address HOST:PORT")
+    p.add_argument("--data-dir", dest="data_dirs", action="append", metavar="DIR[:CAPACITY]",
+                   help="data directory, repeatable; CAPACITY like 100GiB (0 or absent = filesystem size)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="data-plane TCP port (0 = any free port)")
+    p.add_argument("--node", help="node name (default: hostname)")
+    p.add_argument("--token", help="shared-secret token (HELLO on the data plane, gRPC metadata)")
+    p.add_argument("--insecure", action="store_true", default=None,
+                   help="allow listening on a non-loopback address without a token")
+    p.add_argument("--config", help="TOML file with a [worker] section")
+    p.add_argument("--max-payload", type=config.parse_size, help="largest accepted payload, e.g. 256MiB")
+    p.add_argument("--max-key-bytes", type=int, help="longest accepted KV key in UTF-8 bytes")
+    p.add_argument("--high-watermark", type=float, help="usage ratio that starts eviction (default 0.90)")
+    p.add_argument("--low-watermark", type=float, help="usage ratio eviction goes down to (default 0.75)")
+    p.add_argument("--pin-grace-ms", type=int, help="how long an EXISTS pin keeps a hit readable")
+    p.add_argument("--lm-port", type=int, help="LMCache lm:// port (reserved: not implemented yet)")
+    p.add_argument("--unix-socket", help="short-circuit socket path (default DATA_DIR/worker.sock)")
+    p.add_argument("--worker-id", help="override the id persisted in the first data dir")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    return p
+
+
+class _WorkerLogFilter(logging.Filter):
+    """Puts the worker id into every log line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.worker_id = "-"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker_id = self.worker_id
+        return True
+
+
+def _setup_logging(level: str) -> _WorkerLogFilter:
+    handler = logging.StreamHandler(sys.stderr)
+    tag = _WorkerLogFilter()
+    handler.addFilter(tag)
+    handler.setFormatter(logging.Formatter("%(asctime)s worker[%(worker_id)s] %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    return tag
+
+
+def load_config(args: argparse.Namespace) -> WorkerConfig:
+    flags = {k: v for k, v in vars(args).items() if k not in ("config", "log_level") and v is not None}
+    if "data_dirs" in flags:
+        flags["data_dirs"] = tuple(flags["data_dirs"])
+    cfg = config.load(WorkerConfig, section="worker", toml_path=args.config, flags=flags)
+    if not cfg.data_dirs:
+        raise InvalidArgument("at least one --data-dir is required")
+    if not 0 < cfg.low_watermark <= cfg.high_watermark <= 1:
+        raise InvalidArgument(f"watermarks must satisfy 0 < low <= high <= 1, got {cfg.low_watermark}, "
+                              f"{cfg.high_watermark}")
+    if cfg.max_payload <= 0 or cfg.max_key_bytes <= 0:
+        raise InvalidArgument("--max-payload and --max-key-bytes must be positive")
+    if cfg.lm_port:
+        raise InvalidArgument("--lm-port: the LMCache lm:// server is not implemented yet; leave it at 0")
+    config.require_secure(cfg.host, cfg.token, cfg.insecure, "worker")
+    return cfg
+
+
+def advertised_host(host: str) -> str:
+    """The address other nodes use: the bind address, unless it is a wildcard."""
+    if host not in ("", "0.0.0.0", "::"):
+        return host
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return socket.gethostname()
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    tag = _setup_logging(args.log_level)
+    try:
+        cfg = load_config(args)
+    except (CurvineError, OSError) as exc:
+        print(f"curvine-py worker: {exc}", file=sys.stderr)
+        return 2
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    try:
+        with contextlib.ExitStack() as teardown:
+            store = Store([config.parse_data_dir(spec) for spec in cfg.data_dirs],
+                          max_key_bytes=cfg.max_key_bytes, pin_grace_ms=cfg.pin_grace_ms)
+            store.open()
+            teardown.callback(store.close)
+            worker_id = cfg.worker_id or store.load_worker_id()
+            tag.worker_id = worker_id
+            state = WorkerState(worker_id)
+
+            unix_path = cfg.unix_socket or default_socket_path(store.dirs[0].path)
+            short_circuit = ShortCircuitServer(store, state, path=unix_path, token=cfg.token,
+                                               max_payload=cfg.max_payload)
+            short_circuit.start()
+            teardown.callback(short_circuit.stop)
+
+            server = DataServer(store, state, host=cfg.host, port=cfg.port, token=cfg.token,
+                                max_payload=cfg.max_payload)
+            _, port = server.start()
+            teardown.callback(server.stop)
+
+            evictor = Evictor(store, high=cfg.high_watermark, low=cfg.low_watermark)
+            evictor.start()
+            teardown.callback(evictor.stop)
+
+            host = advertised_host(cfg.host)
+            advertised = Advertised(worker_id=worker_id, host=host, port=port, unix_socket=unix_path,
+                                    node=cfg.node or socket.gethostname(), lm_port=cfg.lm_port)
+            heartbeat = Heartbeater(store, state, advertised, master=cfg.master, token=cfg.token)
+            heartbeat.start()
+            teardown.callback(heartbeat.stop)
+
+            while not stop.is_set() and not heartbeat.registered.wait(0.1):
+                pass
+            if stop.is_set():
+                log.info("stopped before registering with the master")
+                return 0
+            print(f"worker={host}:{port} id={worker_id}", flush=True)
+            while not stop.wait(1.0):
+                pass
+            log.info("stopping")
+    except (CurvineError, OSError) as exc:
+        log.error("cannot run worker: %s", exc)
+        print(f"curvine-py worker: {exc}", file=sys.stderr)
+        return 1
+    log.info("stopped")
+    return 0

@@ -1,0 +1,448 @@
+"""The worker's data-plane server: framed requests (core/frames.py) on blocking sockets, one thread
+per connection (every socket and file syscall releases the GIL, so connections overlap well).
+
+Wire behaviour per op (request fields -> reply fields; every reply carries the request's op with
+the response bit and its request id; `errno` 0 = success):
+
+    HELLO         token -> worker_id, epoch. Wrong token (worker has one): EACCES, then close.
+                  Required first when the worker has a token (any other first op: EACCES, close).
+    PUT           key, payload, [length = payload length], [checksum], user_meta, storage_class
+                  (unspecified = CACHE), ttl_ms, [epoch] -> length, found (true = the key was
+                  already stored: write-once, the stored copy is kept, the payload is dropped).
+                  EINVAL/ENAMETOOLONG bad key, ENOSPC no room (after evicting cache data),
+                  EIO payload does not match `checksum`, ESTALE stale epoch.
+    GET           key, [epoch] -> found=false (a miss, not an error) | found, length, checksum,
+                  user_meta, chunk_checksums (all chunks) + payload.
+    EXISTS        keys, pin, [epoch] -> hit_count (length of the stored prefix of keys).
+    DELETE        key, [epoch] -> found.
+    WRITE_BLOCK   block_id, payload, [length], [checksum], storage_class (unspecified = DURABLE),
+                  ttl_ms -> length, checksum. An existing block id is replaced atomically.
+    READ_BLOCK    block_id, offset, length (0 = to the end; clipped at the end) -> offset, length
+                  (bytes sent), checksum (of the whole block), chunk_checksums (of the payload cut
+                  in 1 MiB pieces from its start; offsets should be chunk-aligned) + payload.
+                  ENOENT absent, EINVAL offset past the end, EIO stored bytes fail their checksum
+                  (the copy is dropped and reported bad).
+    DELETE_BLOCK  block_id -> found.
+    REPORT_BAD    key, or block_id when key is empty -> found (true = the copy failed
+                  re-verification and was dropped; a good copy is kept).
+    PING          -> (errno 0).
+
+Short-circuit connections (unix socket, shortcircuit.py) answer GET and READ_BLOCK with the same
+reply header plus `data_offset` (where the range starts in the file) and the open file descriptor
+(SCM_RIGHTS) instead of payload bytes; every other op behaves as on TCP.
+
+Error handling: a request that fails cleanly gets an error reply (errno, message) and the
+connection goes on (an unread payload is drained first). Garbage from the peer (bad magic, unknown
+op, malformed header: ProtocolError) gets an error reply if possible and that connection is closed.
+A payload above max_payload gets EFBIG *before* any payload byte is read, then close. A bug in a
+handler is logged, answered EIO, and closes only that connection; other connections never notice.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from curvine_py.core import frames
+from curvine_py.core.errors import (
+    Corrupt,
+    CurvineError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ProtocolError,
+    StaleEpoch,
+    TooLarge,
+    Unavailable,
+)
+from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
+from curvine_py.rpc.auth import token_matches
+from curvine_py.transport import blocking
+from curvine_py.worker.store import Store, StoredFile
+
+log = logging.getLogger(__name__)
+
+# Small payloads go out in one send with their header (one segment, one syscall less); large ones
+# by sendfile (zero copy).
+INLINE_PAYLOAD = 64 * 1024
+LISTEN_BACKLOG = 512
+
+
+class WorkerState:
+    """What every connection needs to know about the worker; `epoch` is raised by heartbeats."""
+
+    def __init__(self, worker_id: str, epoch: int = 0) -> None:
+        self.worker_id = worker_id
+        self.epoch = epoch   # a plain int: assignment is atomic, readers need no lock
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOptions:
+    token: str
+    max_payload: int
+    pass_fds: bool = False   # short-circuit: GET/READ_BLOCK reply with the fd, not the bytes
+
+
+@dataclass(slots=True)
+class _Outcome:
+    header: DataHeader
+    stored: StoredFile | None = None   # payload source: stored[data_offset + offset, +length)
+    offset: int = 0
+    length: int = 0
+
+
+class _PeerGone(Exception):
+    """The socket failed while a payload was being received: the stream is lost."""
+
+
+class Session:
+    """One client connection: reads frames, answers them in order, until EOF or garbage."""
+
+    def __init__(self, sock: socket.socket, store: Store, state: WorkerState, options: SessionOptions,
+                 peer: str) -> None:
+        self._sock = sock
+        self._store = store
+        self._state = state
+        self._options = options
+        self._peer = peer
+        self._authenticated = not options.token
+        self._unread = 0          # payload bytes of the current request not yet consumed
+        self._close_after = False
+        self._handlers: dict[frames.Op, Callable[[frames.FramePrefix, DataHeader], _Outcome]] = {
+            frames.Op.HELLO: self._hello,
+            frames.Op.PUT: self._put,
+            frames.Op.GET: self._get,
+            frames.Op.EXISTS: self._exists,
+            frames.Op.DELETE: self._delete,
+            frames.Op.WRITE_BLOCK: self._write_block,
+            frames.Op.READ_BLOCK: self._read_block,
+            frames.Op.DELETE_BLOCK: self._delete_block,
+            frames.Op.REPORT_BAD: self._report_bad,
+            frames.Op.PING: self._ping,
+        }
+
+    def serve(self) -> None:
+        try:
+            while self._one_request():
+                pass
+        except (OSError, Unavailable, _PeerGone) as exc:
+            log.debug("connection from %s ended: %s", self._peer, exc)
+        finally:
+            # FIN right after the last reply; unread request bytes (a refused payload) may still
+            # make the kernel answer with RST, which is fine: the reply went out first.
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_WR)
+            with contextlib.suppress(OSError):
+                self._sock.close()
+
+    # -- framing -----------------------------------------------------------------------------------
+
+    def _read_prefix(self) -> bytes | None:
+        buffer = bytearray(frames.PREFIX_SIZE)
+        view = memoryview(buffer)
+        got = 0
+        while got < frames.PREFIX_SIZE:
+            n = self._sock.recv_into(view[got:])
+            if n == 0:
+                if got == 0:
+                    return None   # clean close between requests
+                raise Unavailable(f"connection closed inside a frame prefix ({got} bytes)")
+            got += n
+        return bytes(buffer)
+
+    def _one_request(self) -> bool:
+        """Serves one request; False = close the connection."""
+        raw = self._read_prefix()
+        if raw is None:
+            return False
+        _, _, code, request_id, _, _ = frames.PREFIX.unpack(raw)
+        try:
+            prefix = frames.decode_prefix(raw, max_payload=self._options.max_payload, expect_response=False)
+        except (TooLarge, ProtocolError) as exc:
+            # Refused before reading anything more: an oversized payload is never read or buffered.
+            log.warning("refusing frame from %s: %s", self._peer, exc)
+            self._send_raw_error(code, request_id, exc)
+            return False
+        try:
+            header = frames.decode_header(blocking.recv_exactly(self._sock, prefix.header_length)) \
+                if prefix.header_length else DataHeader()
+        except ProtocolError as exc:
+            log.warning("malformed header from %s: %s", self._peer, exc)
+            self._send_error(prefix, exc)
+            return False
+        if not self._authenticated and prefix.op != frames.Op.HELLO:
+            self._send_error(prefix, PermissionDenied("authenticate with HELLO first"))
+            return False
+        self._unread = prefix.payload_length
+        try:
+            outcome = self._handlers[prefix.op](prefix, header)
+        except CurvineError as exc:
+            if isinstance(exc, (Unavailable, ProtocolError)):
+                raise
+            self._drain()
+            self._send_error(prefix, exc)
+            return not self._close_after
+        except _PeerGone:
+            raise
+        except OSError as exc:   # the local disk failed (EIO, EROFS...): an answer, not a crash
+            log.error("%s for %s failed: %s", prefix.op.name, self._peer, exc)
+            self._drain()
+            self._send_error(prefix, CurvineError(str(exc), errno=exc.errno or errno.EIO))
+            return True
+        except Exception as exc:
+            log.exception("internal error serving %s to %s", prefix.op.name, self._peer)
+            self._send_error(prefix, CurvineError(f"internal error: {exc}"))
+            return False
+        self._drain()
+        self._send(prefix, outcome)
+        return not self._close_after
+
+    def _drain(self) -> None:
+        if self._unread:
+            blocking.discard(self._sock, self._unread)
+            self._unread = 0
+
+    def _fill(self, view: memoryview) -> None:
+        try:
+            blocking.recv_exactly_into(self._sock, view)
+        except (OSError, Unavailable) as exc:
+            raise _PeerGone(str(exc)) from None
+        self._unread -= len(view)
+
+    def _send(self, prefix: frames.FramePrefix, outcome: _Outcome) -> None:
+        op, request_id, header = prefix.op, prefix.request_id, outcome.header
+        stored = outcome.stored
+        if stored is None:
+            blocking.send_frame(self._sock, op, request_id, header, response=True)
+            return
+        with stored:
+            if self._options.pass_fds:
+                header.data_offset = stored.data_offset + outcome.offset
+                frame = frames.encode(op, request_id, header, response=True)
+                sent = socket.send_fds(self._sock, [frame], [stored.fd])
+                if sent < len(frame):
+                    self._sock.sendall(frame[sent:])
+            elif outcome.length <= INLINE_PAYLOAD:
+                payload = stored.read(outcome.offset, outcome.length)
+                if len(payload) != outcome.length:
+                    raise Corrupt("stored file is shorter than its header says")
+                blocking.send_frame(self._sock, op, request_id, header, payload, response=True)
+            else:
+                blocking.send_frame_from_file(self._sock, op, request_id, header, stored.fd,
+                                              stored.data_offset + outcome.offset, outcome.length)
+
+    def _send_error(self, prefix: frames.FramePrefix, exc: CurvineError) -> None:
+        self._send_raw_error(int(prefix.op), prefix.request_id, exc)
+
+    def _send_raw_error(self, code: int, request_id: int, exc: CurvineError) -> None:
+        header = DataHeader(errno=exc.errno, message=exc.message)
+        op_code = code & ~frames.RESPONSE_BIT
+        try:
+            frame = frames.encode(frames.Op(op_code), request_id, header, response=True)
+        except ValueError:
+            # Unknown op: answer with its raw code so the peer can still match the reply.
+            body = header.SerializeToString()
+            frame = frames.PREFIX.pack(frames.MAGIC, frames.VERSION, (op_code | frames.RESPONSE_BIT) & 0xFF,
+                                       request_id, len(body), 0) + body
+        with contextlib.suppress(OSError):
+            self._sock.sendall(frame)
+
+    # -- handlers ----------------------------------------------------------------------------------
+
+    def _check_epoch(self, header: DataHeader) -> None:
+        if header.epoch and header.epoch < self._state.epoch:
+            raise StaleEpoch(f"epoch {header.epoch} is older than the worker's {self._state.epoch}")
+
+    @staticmethod
+    def _payload_length(prefix: frames.FramePrefix, header: DataHeader) -> int:
+        if header.length and header.length != prefix.payload_length:
+            raise InvalidArgument(f"length {header.length} != payload of {prefix.payload_length} bytes")
+        return prefix.payload_length
+
+    def _hello(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
+        if not token_matches(self._options.token, header.token):
+            self._close_after = True
+            raise PermissionDenied("wrong token")
+        self._authenticated = True
+        return _Outcome(DataHeader(worker_id=self._state.worker_id, epoch=self._state.epoch))
+
+    def _ping(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
+        return _Outcome(DataHeader())
+
+    def _put(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
+        length = self._payload_length(prefix, header)
+        self._check_epoch(header)
+        pending = self._store.begin_put(header.key, length, checksum=header.checksum,
+                                        user_meta=header.user_meta, storage_class=header.storage_class,
+                                        ttl_ms=header.ttl_ms)
+        if pending is None:
+            return _Outcome(DataHeader(length=length, found=True))
+        with pending:
+            pending.receive(self._fill)
+            stored_now = pending.commit()
+        return _Outcome(DataHeader(length=length, found=not stored_now))
+
+    def _get(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
+        self._check_epoch(header)
+        stored = self._store.open_object(header.key)
+        if stored is None:
+            return _Outcome(DataHeader(found=False))
+        meta = stored.header
+        reply = DataHeader(found=True, length=meta.length, checksum=meta.checksum, user_meta=meta.user_meta,
+                           chunk_checksums=meta.chunk_checksums)
+        return _Outcome(reply, stored, 0, meta.length)
+
+    def _exists(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
+        self._check_epoch(header)
+        return _Outcome(DataHeader(hit_count=self._store.exists(header.keys, pin=header.pin)))
+
+    def _delete(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
+        self._check_epoch(header)
+        return _Outcome(DataHeader(found=self._store.delete_object(header.key)))
+
+    def _write_block(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
+        length = self._payload_length(prefix, header)
+        with self._store.begin_write_block(header.block_id, length, checksum=header.checksum,
+                                           storage_class=header.storage_class,
+                                           ttl_ms=header.ttl_ms) as pending:
+            pending.receive(self._fill)
+            pending.commit()
+        return _Outcome(DataHeader(block_id=header.block_id, length=length))
+
+    def _read_block(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
+        stored = self._store.open_block(header.block_id)
+        if stored is None:
+            raise NotFound(f"block {header.block_id:x} is not on this worker")
+        try:
+            size = stored.header.length
+            if header.offset > size:
+                raise InvalidArgument(f"offset {header.offset} is past the end of block {header.block_id:x} "
+                                      f"({size} bytes)")
+            rest = size - header.offset
+            count = min(header.length, rest) if header.length else rest
+            try:
+                digests = stored.range_digests(header.offset, count)
+            except Corrupt:
+                self._store.drop_bad(self._store.block_name(header.block_id))
+                raise
+        except BaseException:
+            stored.close()
+            raise
+        reply = DataHeader(block_id=header.block_id, offset=header.offset, length=count,
+                           checksum=stored.header.checksum, chunk_checksums=digests)
+        return _Outcome(reply, stored, header.offset, count)
+
+    def _delete_block(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
+        return _Outcome(DataHeader(found=self._store.delete_block(header.block_id)))
+
+    def _report_bad(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
+        if header.key:
+            dropped = self._store.report_bad_object(header.key)
+        else:
+            dropped = self._store.report_bad_block(header.block_id)
+        return _Outcome(DataHeader(found=dropped))
+
+
+class Listener:
+    """An accept loop on a bound, listening socket, a thread per connection."""
+
+    def __init__(self, sock: socket.socket, store: Store, state: WorkerState, options: SessionOptions,
+                 name: str) -> None:
+        self.sock = sock
+        self._store = store
+        self._state = state
+        self._options = options
+        self._name = name
+        self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._accept_loop, name=f"{self._name}-accept", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops accepting, closes every connection (their threads end on the socket error)."""
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)   # wakes accept() on Linux; close() alone does not
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def _accept_loop(self) -> None:
+        while not self._stopping:
+            try:
+                conn, address = self.sock.accept()
+            except OSError as exc:
+                if self._stopping:
+                    return
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.error("%s: cannot accept: %s", self._name, exc)
+                    threading.Event().wait(0.1)   # let connections close rather than spin
+                continue
+            if conn.family in (socket.AF_INET, socket.AF_INET6):
+                blocking.set_fast_options(conn)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                peer = f"{address[0]}:{address[1]}"
+            else:
+                peer = f"{self._name}-peer"
+            with self._lock:
+                self._connections.add(conn)
+            thread = threading.Thread(target=self._serve, args=(conn, peer), name=f"{self._name}-{peer}",
+                                      daemon=True)
+            thread.start()
+
+    def _serve(self, conn: socket.socket, peer: str) -> None:
+        try:
+            Session(conn, self._store, self._state, self._options, peer).serve()
+        finally:
+            with self._lock:
+                self._connections.discard(conn)
+
+
+class DataServer:
+    """The TCP data plane. `start()` binds (port 0 = any) and returns the bound (host, port)."""
+
+    def __init__(self, store: Store, state: WorkerState, *, host: str, port: int, token: str,
+                 max_payload: int) -> None:
+        self._store = store
+        self._state = state
+        self._host = host
+        self._port = port
+        self._options = SessionOptions(token=token, max_payload=max_payload)
+        self._listener: Listener | None = None
+        self.address: tuple[str, int] = (host, port)
+
+    def start(self) -> tuple[str, int]:
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self._host, self._port))
+            sock.listen(LISTEN_BACKLOG)
+        except OSError:
+            sock.close()
+            raise
+        self.address = (self._host, sock.getsockname()[1])
+        self._listener = Listener(sock, self._store, self._state, self._options, "data")
+        self._listener.start()
+        log.info("data plane listening on %s:%d", *self.address)
+        return self.address
+
+    def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener = None
+
