@@ -31,6 +31,10 @@ RPC_TIMEOUT_S = 5.0
 DEFAULT_INTERVAL_MS = 1000
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 5.0
+# gRPC's own reconnect backoff grows to 120 s by default: a restarted master would wait that long
+# for our registration. Keep it in step with our retry loop.
+CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                   ("grpc.max_reconnect_backoff_ms", 2000))
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +57,7 @@ class Heartbeater:
         self._master = master
         self._metadata = call_metadata(token)
         self._timeout = rpc_timeout_s
-        self._channel = grpc.insecure_channel(master)
+        self._channel = grpc.insecure_channel(master, options=CHANNEL_OPTIONS)
         self._stub = MasterStub(self._channel)  # type: ignore[no-untyped-call]
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
