@@ -136,6 +136,11 @@ async def serve(cfg: config.MasterConfig) -> int:
         store.start()
         stack.callback(store.stop)
         service = MasterService(ns, membership, store)
+        # Handlers first: a SIGTERM right after the ready line must still be a clean stop.
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
         server = build_server(service, cfg.token)
         try:
             port = server.add_insecure_port(format_address(cfg.host, cfg.port))
@@ -150,10 +155,6 @@ async def serve(cfg: config.MasterConfig) -> int:
                  data_dir, ns.cluster_id, membership.epoch, cfg.lease_ms, cfg.block_size)
         print(f"master={address}", flush=True)
 
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         maintenance = asyncio.create_task(service.maintain(), name="master-maintenance")
         stopper = asyncio.create_task(stop.wait(), name="master-stop")
         done, _ = await asyncio.wait({maintenance, stopper}, return_when=asyncio.FIRST_COMPLETED)

@@ -32,6 +32,9 @@ _STATUS_BY_ERRNO: dict[int, grpc.StatusCode] = {
     E.EACCES: grpc.StatusCode.PERMISSION_DENIED,
     E.EPERM: grpc.StatusCode.PERMISSION_DENIED,
     E.EINVAL: grpc.StatusCode.INVALID_ARGUMENT,
+    E.E2BIG: grpc.StatusCode.INVALID_ARGUMENT,        # xattr value too large
+    E.ERANGE: grpc.StatusCode.OUT_OF_RANGE,           # xattr name too long
+    E.ELOOP: grpc.StatusCode.FAILED_PRECONDITION,     # too many symlinks in a path
     E.ENAMETOOLONG: grpc.StatusCode.INVALID_ARGUMENT,
     E.ENOSPC: grpc.StatusCode.RESOURCE_EXHAUSTED,
     E.EFBIG: grpc.StatusCode.OUT_OF_RANGE,
