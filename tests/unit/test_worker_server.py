@@ -13,6 +13,7 @@ import socket
 import struct
 import threading
 from collections.abc import Iterator
+from typing import Self
 
 import pytest
 
@@ -47,7 +48,7 @@ class WireClient:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> WireClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
