@@ -73,7 +73,7 @@ def usage_from_pb(r: mpb.HeartbeatRequest) -> Usage:
 
 def setattr_from_pb(r: mpb.SetAttrRequest) -> SetAttrChanges:
     def opt(field: str) -> int | None:
-        return int(getattr(r, field)) if r.HasField(field) else None  # type: ignore[arg-type]
+        return int(getattr(r, field)) if r.HasField(field) else None
 
     return SetAttrChanges(mode=opt("mode"), uid=opt("uid"), gid=opt("gid"), size=opt("size"),
                           atime_ns=opt("atime_ns"), mtime_ns=opt("mtime_ns"), atime_now=r.atime_now,

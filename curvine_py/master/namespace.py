@@ -79,6 +79,7 @@ READDIR_MAX_LIMIT = 10_000
 MAX_REPLICAS = 16
 MIN_BLOCK_SIZE = 4096
 MAX_BLOCK_SIZE = 1 << 31
+REPORT_GRACE_MS = 60_000         # a block report may predate a commit by this much (see reconcile)
 _IN_CHUNK = 500                  # ids per `IN (...)` (SQLite's variable limit is 32766; stay small)
 
 _ATTR_COLS = ("ino, type, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev, "
@@ -123,6 +124,7 @@ CREATE TABLE IF NOT EXISTS blocks (
     block_id INTEGER NOT NULL UNIQUE,
     length INTEGER NOT NULL,
     checksum INTEGER NOT NULL,          -- uint64 stored as signed two-complement
+    committed_ms INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (ino, idx)
 ) WITHOUT ROWID;
 -- allocated by AddBlock, not yet committed: known to reconcile, freed with the inode
@@ -966,9 +968,10 @@ class Namespace:
                                        (ino, block.index)).fetchone()
                 if old is not None:
                     self._drop_block(int(old[0]))
-                self._db.execute("INSERT INTO blocks (ino, idx, block_id, length, checksum) "
-                                 "VALUES (?, ?, ?, ?, ?)",
-                                 (ino, block.index, block.block_id, block.length, _u64_to_db(block.checksum)))
+                self._db.execute("INSERT INTO blocks (ino, idx, block_id, length, checksum, committed_ms) "
+                                 "VALUES (?, ?, ?, ?, ?, ?)",
+                                 (ino, block.index, block.block_id, block.length, _u64_to_db(block.checksum),
+                                  self._now() // 1_000_000))
                 workers = block.worker_ids or tuple(w for w in str(opened[2]).split(",") if w)
                 self._db.executemany("INSERT OR IGNORE INTO locations (block_id, worker_id) VALUES (?, ?)",
                                      [(block.block_id, w) for w in workers])
@@ -997,8 +1000,10 @@ class Namespace:
 
     def reconcile_blocks(self, worker_id: str, block_ids: Iterable[int]) -> list[int]:
         """A worker's full block report at registration. Known blocks get this worker as a location,
-        locations the worker no longer has are dropped, and the ids to delete on it are returned:
-        unknown ones plus its pending deletions (handed out now, so cleared)."""
+        locations the worker no longer has are dropped (not those committed in the last
+        REPORT_GRACE_MS: the report may predate them), and the ids to delete on it are returned:
+        the unknown ones. Its pending deletions are cleared: a freed block it still has is unknown
+        now, so it is in the answer anyway."""
         reported = sorted({b for b in block_ids})
         with self.transaction():
             self._db.execute("CREATE TEMP TABLE IF NOT EXISTS reported (block_id INTEGER PRIMARY KEY)")
@@ -1010,8 +1015,12 @@ class Namespace:
                 "SELECT r.block_id FROM temp.reported r WHERE NOT EXISTS "
                 "(SELECT 1 FROM blocks b WHERE b.block_id = r.block_id) AND NOT EXISTS "
                 "(SELECT 1 FROM open_blocks o WHERE o.block_id = r.block_id)")]
+            # A location the worker does not report is gone, unless the block was committed so
+            # recently that the report may have been taken before the block was stored.
             self._db.execute("DELETE FROM locations WHERE worker_id=? AND block_id NOT IN "
-                             "(SELECT block_id FROM temp.reported)", (worker_id,))
+                             "(SELECT block_id FROM temp.reported) AND block_id NOT IN "
+                             "(SELECT block_id FROM blocks WHERE committed_ms > ?)",
+                             (worker_id, self._now() // 1_000_000 - REPORT_GRACE_MS))
             self._db.execute("INSERT OR IGNORE INTO locations (block_id, worker_id) "
                              "SELECT r.block_id, ? FROM temp.reported r JOIN blocks b ON b.block_id = r.block_id",
                              (worker_id,))

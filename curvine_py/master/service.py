@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -28,7 +28,7 @@ MAX_MESSAGE = 64 << 20
 OPEN_BLOCK_MAX_AGE_MS = 24 * 3600 * 1000   # a block allocated and never committed for a day is given up
 OPEN_BLOCK_SWEEP_S = 600.0
 
-Ctx = grpc.aio.ServicerContext
+Ctx: TypeAlias = grpc.aio.ServicerContext
 
 
 class MasterService(master_pb2_grpc.MasterServicer):
@@ -227,5 +227,5 @@ def server_options() -> list[tuple[str, int]]:
 def build_server(service: MasterService, token: str) -> grpc.aio.Server:
     interceptors = [TokenInterceptor(token)] if token else []
     server = grpc.aio.server(interceptors=interceptors, options=server_options())
-    master_pb2_grpc.add_MasterServicer_to_server(service, server)
+    master_pb2_grpc.add_MasterServicer_to_server(service, server)  # type: ignore[no-untyped-call]
     return server

@@ -38,13 +38,14 @@ class _Call:
     loop: asyncio.AbstractEventLoop
 
 
-def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if future.done():       # the RPC was cancelled; the work is done (and durable) regardless
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
+def _settle(items: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for future, ok, value in items:
+        if future.done():   # the RPC was cancelled; the work is done (and durable) regardless
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
 
 
 class StoreThread:
@@ -105,8 +106,12 @@ class StoreThread:
             results = [(False, CurvineError(f"metadata commit failed: {exc}")) for _ in batch]
         self.batches += 1
         self.calls += len(batch)
+        # One wake-up per event loop for the whole batch, not one per call.
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
         for call, (ok, value) in zip(batch, results, strict=True):
+            by_loop.setdefault(call.loop, []).append((call.future, ok, value))
+        for loop, items in by_loop.items():
             try:
-                call.loop.call_soon_threadsafe(_settle, call.future, ok, value)
+                loop.call_soon_threadsafe(_settle, items)
             except RuntimeError:    # the loop is closed (shutdown): nobody waits any more
                 pass

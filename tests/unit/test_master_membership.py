@@ -87,7 +87,7 @@ def test_register_validates_the_worker_id(mem: Membership) -> None:
         mem.register(dataclasses.replace(worker("w1"), port=70000))
 
 
-def test_register_reconciles_the_block_report(mem: Membership, ns: Namespace) -> None:
+def test_register_reconciles_the_block_report(mem: Membership, ns: Namespace, clock: FakeClock) -> None:
     mem.register(worker("w1"))
     mem.register(worker("w2"))
     ino, (b,) = committed_file(ns, mem, "f")
@@ -101,8 +101,12 @@ def test_register_reconciles_the_block_report(mem: Membership, ns: Namespace) ->
     reply = mem.register(worker("w3"), [b.block_id, 424242, open_grant.block_id, freed.block_id, 1 << 63])
     assert set(reply.delete_block_ids) == {424242, freed.block_id, 1 << 63}
     assert set(ns.get_blocks(ino).blocks[0].worker_ids) == {"w1", "w2", "w3"}
-    # w1 comes back with an empty disk: its location is dropped, its pending deletions are moot
+    # w1 comes back with an empty disk: its location is dropped (once the report cannot predate
+    # the commit), its pending deletions are moot
     assert ns.pending_deletions("w1") == [freed.block_id]
+    reply = mem.register(worker("w1"), [])
+    assert set(ns.get_blocks(ino).blocks[0].worker_ids) == {"w1", "w2", "w3"}
+    clock.ns += 61_000 * 1_000_000
     reply = mem.register(worker("w1"), [])
     assert reply.delete_block_ids == ()
     assert set(ns.get_blocks(ino).blocks[0].worker_ids) == {"w2", "w3"}
@@ -269,5 +273,6 @@ def test_evictions_from_a_lost_worker_wait_for_its_reregistration(mem: Membershi
     clock.advance(10)
     assert mem.heartbeat("w1", Usage(), evicted=[b.block_id]).reregister
     assert ns.get_blocks(ino).blocks[0].worker_ids == ("w1",)     # untouched until the full report
+    clock.ns += 61_000 * 1_000_000
     mem.register(worker("w1"), [])
     assert ns.get_blocks(ino).blocks[0].worker_ids == ()
