@@ -7,7 +7,10 @@ commits size and block map to the master in one call. Other clients see the new 
 next open (close-to-open, as Curvine/HDFS). Missing blocks and bytes beyond a block's stored length
 read as zeros, so holes and truncate-extend cost nothing.
 
-Concurrency: one CurvineFile is not thread-safe; callers (FUSE) serialise access per inode.
+Concurrency: the positional API (pread_into, pwrite, truncate, setattr, commit, refresh) may be
+called from several threads: state changes happen under one lock, and reads of stored blocks are
+done outside it (stored blocks are immutable, copy-on-write), so parallel reads of one file overlap.
+The stream API (read/write/seek) keeps one position and is for one thread.
 """
 from __future__ import annotations
 
@@ -106,7 +109,10 @@ class CurvineFile(io.RawIOBase):
     """An open regular file. Positional API (pread/pwrite) for FUSE, stream API for everyone."""
 
     def __init__(self, store: BlockStore, attr: cpb.Attr, *, node: str, writable: bool,
-                 append: bool = False, on_close: Callable[[], None] | None = None) -> None:
+                 append: bool = False, on_close: Callable[[], None] | None = None,
+                 blocks: pb.BlocksReply | None = None) -> None:
+        """`blocks`: the block map when the caller already has it (a file it just created is
+        empty: no GetBlocks round trip); fetched from the master otherwise."""
         super().__init__()
         self._store = store
         self.ino = attr.ino
@@ -119,12 +125,28 @@ class CurvineFile(io.RawIOBase):
         self._size_dirty = False
         self._uncommitted: list[pb.BlockInfo] = []   # written to workers, not yet committed
         self._position = 0
-        self._reload(store.master.get_blocks(attr.ino))
+        self._reload(blocks if blocks is not None else store.master.get_blocks(attr.ino))
 
     def _reload(self, reply: pb.BlocksReply) -> None:
+        self.attr = reply.attr   # attributes as of open/refresh (mode, owner; size may move on)
         self.size = reply.attr.size
         self.block_size = reply.attr.block_size or reply.policy.block_size or DEFAULT_BLOCK_SIZE
         self._blocks = {b.index: b for b in reply.blocks}
+
+    @property
+    def dirty(self) -> bool:
+        """True while this handle holds writes (or a size change) not yet committed."""
+        return bool(self._dirty or self._size_dirty or self._uncommitted)
+
+    def refresh(self) -> bool:
+        """Close-to-open for a handle kept open: re-fetches size and block map from the master
+        unless this handle has uncommitted writes (which must not be lost). Returns True if
+        reloaded."""
+        with self._lock:
+            if self.dirty:
+                return False
+            self._reload(self._store.master.get_blocks(self.ino))
+            return True
 
     # -- io.RawIOBase ------------------------------------------------------------------------
     def readable(self) -> bool:
@@ -180,19 +202,29 @@ class CurvineFile(io.RawIOBase):
         return bytes(buffer[:n])
 
     def pread_into(self, offset: int, out: memoryview) -> int:
+        # Plan under the lock (dirty data is copied right away), fetch stored blocks outside it.
+        stored: list[tuple[pb.BlockInfo | None, int, memoryview]] = []
         with self._lock:
             length = max(0, min(len(out), self.size - offset))
             for extent in layout.extents(offset, length, self.block_size):
                 target = out[extent.buffer_offset:extent.buffer_offset + extent.length]
-                self._read_extent(extent.index, extent.block_offset, target)
-            return length
+                dirty = self._dirty.get(extent.index)
+                if dirty is not None:
+                    target[:] = dirty.buffer[extent.block_offset:extent.block_offset + len(target)]
+                else:
+                    stored.append((self._blocks.get(extent.index), extent.block_offset, target))
+        for block, inner, target in stored:
+            self._read_stored(block, inner, target)
+        return length
 
     def _read_extent(self, index: int, inner: int, target: memoryview) -> None:
         dirty = self._dirty.get(index)
         if dirty is not None:
             target[:] = dirty.buffer[inner:inner + len(target)]
             return
-        block = self._blocks.get(index)
+        self._read_stored(self._blocks.get(index), inner, target)
+
+    def _read_stored(self, block: pb.BlockInfo | None, inner: int, target: memoryview) -> None:
         stored = min(len(target), max(0, (block.length if block else 0) - inner))
         if stored < len(target):
             target[stored:] = bytes(len(target) - stored)  # hole or beyond the block's end
@@ -252,11 +284,20 @@ class CurvineFile(io.RawIOBase):
         new_size = self._position if size is None else size
         if new_size < 0:
             raise InvalidArgument("negative size")
-        with self._lock:
-            self.commit()
-            attr = self._store.master.setattr(pb.SetAttrRequest(ino=self.ino, size=new_size))
-            self._reload(self._store.master.get_blocks(attr.ino))
+        self.setattr(pb.SetAttrRequest(ino=self.ino, size=new_size))
         return new_size
+
+    def setattr(self, request: pb.SetAttrRequest) -> cpb.Attr:
+        """SetAttr through this handle (FUSE: ftruncate/chmod/utimens of an open file). A size
+        change first commits this handle's writes, then reloads the block map, so the handle and
+        the master agree on what the file holds."""
+        with self._lock:
+            if request.HasField("size"):
+                self.commit()
+            attr = self._store.master.setattr(request)
+            if request.HasField("size"):
+                self._reload(self._store.master.get_blocks(self.ino))
+            return attr
 
     def commit(self) -> None:
         """Writes dirty blocks and publishes size + block map at the master (close/fsync)."""

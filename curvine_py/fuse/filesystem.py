@@ -1,0 +1,445 @@
+"""The mount's semantics, in master inode numbers and str names: what each FUSE request does with
+the master (control calls) and with open files (data calls through CurvineFile).
+
+Consistency (ARCHITECTURE.md "Semantics"): close-to-open. `open` fetches the block map, `flush`
+(every close), `fsync` and the last `release` commit size and blocks to the master. One inode open
+several times in this mount shares one CurvineFile, so descriptors of one mount see each other's
+writes at once. Attributes of a file with uncommitted writes are overlaid with the local size and
+mtime, so the kernel never sees it shrink back to the committed size.
+
+Unlinked while open (data lives until the last close): when this mount has files open, unlink asks
+the master to keep an orphan; the last release frees it (ReleaseOrphan). Only handles of this
+mount protect a file: another node's open handle does not (documented in docs/fuse.md).
+
+setuid/setgid clearing: libfuse negotiates FUSE_HANDLE_KILLPRIV, so the kernel leaves it to us.
+We apply the Linux rules: a write or truncate by a non-root caller, and any chown of a non-directory,
+clear setuid (and setgid when group-execute is set).
+
+Error handling: methods raise CurvineError (mapped to an errno by errors.boundary); a control call
+or data call that outlives the deadline raises Timeout.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from curvine_py.client import CurvineClient
+from curvine_py.client.files import CurvineFile
+from curvine_py.core.errors import (
+    CurvineError,
+    InvalidArgument,
+    IsADirectory,
+    NotFound,
+    NotPermitted,
+)
+from curvine_py.fuse.offload import Offload
+from curvine_py.fuse.readbuf import ReplyBuffers
+from curvine_py.fuse.state import (
+    DirHandle,
+    FileHandle,
+    Handles,
+    OpenFile,
+    kill_suid_sgid,
+    needs_kill,
+)
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.proto.curvine.v1 import master_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+READDIR_PAGE = 512           # entries fetched from the master per ReadDir call
+RENAME_NOREPLACE = 1         # renameat2 flags, same values on the wire (master.proto)
+RENAME_EXCHANGE = 2
+
+_KIND_BY_IFMT = {
+    stat.S_IFREG: cpb.REGULAR, stat.S_IFDIR: cpb.DIRECTORY, stat.S_IFLNK: cpb.SYMLINK,
+    stat.S_IFIFO: cpb.FIFO, stat.S_IFCHR: cpb.CHARDEV, stat.S_IFBLK: cpb.BLOCKDEV,
+    stat.S_IFSOCK: cpb.SOCKET,
+}
+
+
+class ReadOnly(CurvineError):
+    errno = errno.EROFS
+
+
+@dataclass(frozen=True, slots=True)
+class AttrChanges:
+    """A setattr request as the kernel sent it (None: leave alone)."""
+    mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+    size: int | None = None
+    atime_ns: int | None = None
+    mtime_ns: int | None = None
+    ctime_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    offset: int
+    name: str
+    attr: cpb.Attr
+    dot: bool          # "." or "..": the kernel takes no reference for these
+
+
+def kind_of(mode: int) -> int:
+    kind = _KIND_BY_IFMT.get(stat.S_IFMT(mode))
+    if kind is None:
+        raise InvalidArgument(f"unsupported file type {stat.S_IFMT(mode):o}")
+    return kind
+
+
+class Filesystem:
+    def __init__(self, client: CurvineClient, offload: Offload, *, root: int, node: str,
+                 read_only: bool = False) -> None:
+        self.client = client
+        self.master = client.master
+        self.offload = offload
+        self.root = root
+        self.node = node
+        self.read_only = read_only
+        self.handles = Handles()
+        self.buffers = ReplyBuffers()
+
+    # -- helpers -----------------------------------------------------------------------------
+    async def _call(self, fn: object, *args: object) -> object:
+        return await self.offload.control_call(fn, *args)  # type: ignore[arg-type]
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise ReadOnly("read-only mount")
+
+    def overlay(self, attr: cpb.Attr) -> tuple[int | None, int | None]:
+        """(size, mtime_ns) to show instead of the master's for a file with uncommitted writes."""
+        opened = self.handles.open_files.get(attr.ino)
+        if opened is None or not opened.file.dirty:
+            return None, None
+        return opened.file.size, opened.last_write_ns or None
+
+    def _note(self, attr: cpb.Attr) -> cpb.Attr:
+        opened = self.handles.open_files.get(attr.ino)
+        if opened is not None:
+            opened.mode = attr.mode
+        return attr
+
+    # -- names -------------------------------------------------------------------------------
+    async def lookup(self, parent: int, name: str) -> cpb.Attr:
+        if name == ".." and parent == self.root:
+            return self._note(await self.master_getattr(parent))
+        attr: cpb.Attr = await self._call(self.master.lookup, parent, name)  # type: ignore[assignment]
+        return self._note(attr)
+
+    async def master_getattr(self, ino: int) -> cpb.Attr:
+        attr: cpb.Attr = await self._call(self.master.getattr, ino)  # type: ignore[assignment]
+        return attr
+
+    async def getattr(self, ino: int) -> cpb.Attr:
+        return self._note(await self.master_getattr(ino))
+
+    async def readlink(self, ino: int) -> str:
+        target: str = await self._call(self.master.readlink, ino)  # type: ignore[assignment]
+        return target
+
+    async def make(self, parent: int, name: str, kind: int, mode: int, uid: int, gid: int, *,
+                   rdev: int = 0, target: str = "") -> cpb.Attr:
+        """mkdir, mknod, symlink: always exclusive."""
+        self._writable()
+        request = pb.CreateRequest(parent=parent, name=name, type=kind, mode=mode & 0o7777,
+                                   caller=pb.Caller(uid=uid, gid=gid), rdev=rdev, symlink_target=target,
+                                   exclusive=True)
+        attr: cpb.Attr = await self._call(self.master.create, request)  # type: ignore[assignment]
+        return attr
+
+    async def link(self, ino: int, new_parent: int, new_name: str) -> cpb.Attr:
+        self._writable()
+        attr: cpb.Attr = await self._call(self.master.link, ino, new_parent, new_name)  # type: ignore[assignment]
+        return self._note(attr)
+
+    async def unlink(self, parent: int, name: str) -> None:
+        self._writable()
+        # Ask for an orphan only when something is open here: the common case stays one call.
+        keep = bool(self.handles.open_files)
+        reply: pb.UnlinkReply = await self._call(self.master_unlink, parent, name, False, keep)  # type: ignore[assignment]
+        self._unlinked(reply.ino, reply.nlink, kept=keep)
+
+    def master_unlink(self, parent: int, name: str, directory: bool, keep: bool) -> pb.UnlinkReply:
+        return self.master.unlink(parent, name, directory=directory, keep_orphan=keep)
+
+    def _unlinked(self, ino: int, nlink: int, *, kept: bool) -> None:
+        if nlink > 0 or not ino:
+            return
+        opened = self.handles.open_files.get(ino)
+        if opened is not None:
+            opened.unlinked = True
+        elif kept:
+            self._release_orphan_later(ino)
+
+    def _release_orphan_later(self, ino: int) -> None:
+        # Not open here after all: free it now. Errors only leak the orphan (the master's fsck
+        # lists it); the unlink itself succeeded.
+        try:
+            self.master.release_orphan(ino)
+        except CurvineError as exc:
+            log.warning("could not release orphan inode %d: %s", ino, exc)
+
+    async def rmdir(self, parent: int, name: str) -> None:
+        self._writable()
+        await self._call(self.master_unlink, parent, name, True, False)
+
+    async def rename(self, parent: int, name: str, new_parent: int, new_name: str, flags: int) -> None:
+        self._writable()
+        if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE):
+            raise InvalidArgument(f"unsupported rename flags {flags:#x}")
+        reply: pb.RenameReply = await self._call(self.master.rename, parent, name, new_parent, new_name,
+                                                 flags)  # type: ignore[assignment]
+        if reply.replaced_ino and reply.replaced_nlink == 0:
+            opened = self.handles.open_files.get(reply.replaced_ino)
+            if opened is not None:
+                # The master freed the replaced file although it is open here (RenameRequest has
+                # no keep_orphan): its descriptors now fail with ESTALE/EIO.
+                log.warning("rename replaced inode %d which is open on this mount", reply.replaced_ino)
+                opened.unlinked = True
+
+    # -- attributes --------------------------------------------------------------------------
+    async def setattr(self, ino: int, changes: AttrChanges, caller_uid: int) -> cpb.Attr:
+        self._writable()
+        request = pb.SetAttrRequest(ino=ino)
+        if changes.mode is not None:
+            request.mode = changes.mode & 0o7777
+        if changes.uid is not None:
+            request.uid = changes.uid
+        if changes.gid is not None:
+            request.gid = changes.gid
+        if changes.size is not None:
+            if changes.size < 0:
+                raise InvalidArgument("negative size")
+            request.size = changes.size
+        if changes.atime_ns is not None:
+            request.atime_ns = changes.atime_ns
+        if changes.mtime_ns is not None:
+            request.mtime_ns = changes.mtime_ns
+        if changes.ctime_ns is not None:
+            request.ctime_ns = changes.ctime_ns
+        chown = changes.uid is not None or changes.gid is not None
+        truncate_by_user = changes.size is not None and caller_uid != 0
+        if (chown or truncate_by_user) and changes.mode is None:
+            current = await self._current_mode(ino)
+            if current is not None and needs_kill(current[1]) and current[0] != cpb.DIRECTORY:
+                request.mode = kill_suid_sgid(current[1])
+        opened = self.handles.open_files.get(ino)
+        if opened is None:
+            attr: cpb.Attr = await self._call(self.master.setattr, request)  # type: ignore[assignment]
+            return self._note(attr)
+        if changes.mtime_ns is not None and opened.file.dirty:
+            # An explicit mtime (cp -p, tar, rsync -t) must not be overwritten by a later commit.
+            await self.offload.data_call(opened.file.commit)
+        attr = await self.offload.data_call(opened.file.setattr, request)
+        return self._note(attr)
+
+    async def _current_mode(self, ino: int) -> tuple[int, int] | None:
+        attr = await self.master_getattr(ino)
+        return attr.type, attr.mode
+
+    # -- files -------------------------------------------------------------------------------
+    async def create(self, parent: int, name: str, mode: int, flags: int, uid: int,
+                     gid: int) -> tuple[FileHandle, cpb.Attr]:
+        self._writable()
+        request = pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=mode & 0o7777,
+                                   caller=pb.Caller(uid=uid, gid=gid), exclusive=bool(flags & os.O_EXCL),
+                                   truncate=bool(flags & os.O_TRUNC))
+        attr: cpb.Attr = await self._call(self.master.create, request)  # type: ignore[assignment]
+        # A file of size 0 has no blocks: skip GetBlocks (one round trip less per create).
+        known = pb.BlocksReply(attr=attr) if attr.size == 0 else None
+        handle = await self._open_attr(attr, flags, uid, known)
+        return handle, attr
+
+    async def open(self, ino: int, flags: int, uid: int) -> FileHandle:
+        accmode = flags & os.O_ACCMODE
+        if accmode != os.O_RDONLY or flags & os.O_TRUNC:
+            self._writable()
+        if flags & os.O_TRUNC:
+            request = pb.SetAttrRequest(ino=ino, size=0, mtime_now=True)
+            if uid != 0:
+                current = await self._current_mode(ino)
+                if current is not None and needs_kill(current[1]):
+                    request.mode = kill_suid_sgid(current[1])
+            opened = self.handles.open_files.get(ino)
+            if opened is not None:
+                await self.offload.data_call(opened.file.setattr, request)
+            else:
+                await self._call(self.master.setattr, request)
+        return await self._open_attr(cpb.Attr(ino=ino), flags, uid, None)
+
+    async def _open_attr(self, attr: cpb.Attr, flags: int, uid: int, known: pb.BlocksReply | None) -> FileHandle:
+        ino = attr.ino
+        opened = self.handles.open_files.get(ino)
+        if opened is not None:
+            opened.handles += 1     # claimed before the await: a concurrent release keeps it
+            try:
+                await self.offload.data_call(opened.file.refresh)   # close-to-open on re-open
+            except BaseException:
+                opened.handles -= 1
+                raise
+        else:
+            file = await self.offload.data_call(self._new_file, attr, known)
+            opened = self.handles.open_files.get(ino)   # another open may have won meanwhile
+            if opened is None:
+                opened = self.handles.open_files[ino] = OpenFile(ino, file, self._mode_of(file))
+            opened.handles += 1
+        handle = FileHandle(self.handles.new_id(), opened, uid, (flags & os.O_ACCMODE) != os.O_RDONLY)
+        self.handles.files[handle.fh] = handle
+        return handle
+
+    def _new_file(self, attr: cpb.Attr, known: pb.BlocksReply | None) -> CurvineFile:
+        return CurvineFile(self.client.blocks, attr, node=self.node, writable=True, blocks=known)
+
+    @staticmethod
+    def _mode_of(file: CurvineFile) -> int:
+        return int(file.attr.mode)
+
+    def _handle(self, fh: int) -> FileHandle:
+        handle = self.handles.files.get(fh)
+        if handle is None:
+            raise CurvineError(f"unknown file handle {fh}", errno=errno.EBADF)
+        return handle
+
+    async def read(self, fh: int, offset: int, size: int) -> memoryview:
+        opened = self._handle(fh).open
+        buffer = self.buffers.acquire(size)
+        n = await self.offload.data_call(opened.file.pread_into, offset, buffer[:size])
+        self.buffers.defer(buffer)   # no await from here to the reply (readbuf.py)
+        return buffer[:n]
+
+    async def write(self, fh: int, offset: int, data: bytes) -> int:
+        handle = self._handle(fh)
+        opened = handle.open
+        if handle.uid != 0 and needs_kill(opened.mode):
+            request = pb.SetAttrRequest(ino=opened.ino, mode=kill_suid_sgid(opened.mode))
+            attr: cpb.Attr = await self._call(self.master.setattr, request)  # type: ignore[assignment]
+            opened.mode = attr.mode
+        n: int = await self.offload.data_call(opened.file.pwrite, offset, data)
+        opened.last_write_ns = time.time_ns()
+        return n
+
+    async def flush(self, fh: int) -> None:
+        await self.offload.data_call(self._handle(fh).open.file.commit)
+
+    async def fsync(self, fh: int) -> None:
+        await self.flush(fh)
+
+    async def release(self, fh: int) -> None:
+        handle = self.handles.files.pop(fh, None)
+        if handle is None:
+            return
+        opened = handle.open
+        opened.handles -= 1
+        if opened.handles > 0:
+            return
+        try:
+            await self.offload.data_call(opened.file.commit)
+        except CurvineError as exc:
+            # close(2) already got flush's answer; this only catches writes after the last flush
+            # (mmap write-back), so say it loudly.
+            log.error("commit of inode %d at release failed, its last writes are lost: %s", opened.ino, exc)
+        finally:
+            # Re-check after the await: an open may have claimed it meanwhile (state.py's rule).
+            if opened.handles == 0 and self.handles.open_files.get(opened.ino) is opened:
+                del self.handles.open_files[opened.ino]
+                if opened.unlinked:
+                    try:
+                        await self._call(self.master.release_orphan, opened.ino)
+                    except CurvineError as exc:
+                        log.warning("could not release orphan inode %d: %s", opened.ino, exc)
+
+    async def commit_all(self) -> None:
+        """Best effort at shutdown: commit every open file (processes may still hold them)."""
+        for opened in list(self.handles.open_files.values()):
+            if opened.file.dirty:
+                try:
+                    await self.offload.data_call(opened.file.commit)
+                except CurvineError as exc:
+                    log.error("commit of inode %d at shutdown failed: %s", opened.ino, exc)
+
+    # -- directories -------------------------------------------------------------------------
+    async def opendir(self, ino: int) -> DirHandle:
+        handle = DirHandle(self.handles.new_id(), ino)
+        self.handles.dirs[handle.fh] = handle
+        return handle
+
+    def releasedir(self, fh: int) -> None:
+        self.handles.dirs.pop(fh, None)
+
+    async def readdir(self, fh: int, start: int) -> Iterator[Listed]:
+        """Entries after offset `start` (one master page at most); the caller stops consuming
+        when the kernel's buffer is full and the kernel asks again from the last offset it got."""
+        handle = self.handles.dirs.get(fh)
+        if handle is None:
+            raise CurvineError(f"unknown directory handle {fh}", errno=errno.EBADF)
+        dots: list[Listed] = []
+        if start < 2:
+            handle.page_after, handle.page_index = None, {}   # (re)started listing: fresh entries
+            here = await self.getattr(handle.ino)
+            if start < 1:
+                dots.append(Listed(1, ".", here, True))
+            parent = here if handle.ino == self.root else await self.lookup(handle.ino, "..")
+            dots.append(Listed(2, "..", parent, True))
+            after = ""
+        elif start == 2:
+            after = ""
+        else:
+            name = handle.names.get(start)
+            if name is None:
+                raise InvalidArgument(f"unknown directory offset {start}")
+            after = name
+        return self._listing(handle, dots, await self._page_after(handle, after))
+
+    async def _page_after(self, handle: DirHandle, after: str) -> list[pb.DirEntry]:
+        """Master entries following `after`, from the cached page when it covers them (the kernel
+        asks for ~25 entries at a time, the master pages 512)."""
+        position = handle.page_index.get(after) if handle.page_after is not None else None
+        if after == handle.page_after:
+            position = -1
+        if position is not None and (position + 1 < len(handle.page) or not handle.page_more):
+            return handle.page[position + 1:]   # type: ignore[return-value]
+        reply: pb.ReadDirReply = await self._call(self.master.readdir, handle.ino, after,
+                                                  READDIR_PAGE)  # type: ignore[assignment]
+        handle.page_after, handle.page, handle.page_more = after, list(reply.entries), reply.more
+        handle.page_index = {entry.name: i for i, entry in enumerate(reply.entries)}
+        return list(reply.entries)
+
+    def _listing(self, handle: DirHandle, dots: list[Listed], entries: list[pb.DirEntry]) -> Iterator[Listed]:
+        yield from dots
+        for entry in entries:
+            offset = handle.next_offset
+            handle.next_offset += 1
+            handle.names[offset] = entry.name
+            yield Listed(offset, entry.name, entry.attr, False)
+
+    # -- xattrs, statfs ----------------------------------------------------------------------
+    async def getxattr(self, ino: int, name: str) -> bytes:
+        value: bytes = await self._call(self.master.getxattr, ino, name)  # type: ignore[assignment]
+        return value
+
+    async def setxattr(self, ino: int, name: str, value: bytes) -> None:
+        self._writable()
+        await self._call(self.master.setxattr, ino, name, value, 0)
+
+    async def listxattr(self, ino: int) -> list[str]:
+        names: list[str] = await self._call(self.master.listxattr, ino)  # type: ignore[assignment]
+        return names
+
+    async def removexattr(self, ino: int, name: str) -> None:
+        self._writable()
+        await self._call(self.master.removexattr, ino, name)
+
+    async def statfs(self) -> pb.StatFsReply:
+        reply: pb.StatFsReply = await self._call(self.master.statfs)  # type: ignore[assignment]
+        return reply
+
+
+__all__ = ["AttrChanges", "Filesystem", "IsADirectory", "Listed", "NotFound", "NotPermitted", "kind_of"]

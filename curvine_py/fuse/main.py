@@ -1,0 +1,114 @@
+"""`curvine-py mount --master HOST:PORT MOUNTPOINT [...]`: the composition root of a mount process.
+
+One trio run, one nursery: the pyfuse3 session, the signal watcher and the announcer (which waits
+until the kernel mount answers, tunes it, and prints the ready line `mounted=MOUNTPOINT`). SIGTERM,
+SIGINT and `fusermount3 -u` end it cleanly: the session stops, open files are committed (best
+effort, within the deadline), the mount is removed if it is still there, exit code 0.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+
+import pyfuse3
+import trio
+
+from curvine_py.client import CurvineClient
+from curvine_py.config import ClientConfig, load
+from curvine_py.core.errors import CurvineError, NotADirectory, errno_name
+from curvine_py.fuse import mountpoint
+from curvine_py.fuse.attrs import Timeouts
+from curvine_py.fuse.filesystem import Filesystem
+from curvine_py.fuse.offload import Offload
+from curvine_py.fuse.operations import Operations
+from curvine_py.fuse.options import MountOptions, parse
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+
+log = logging.getLogger(__name__)
+
+
+def client_for(options: MountOptions) -> CurvineClient:
+    """Per-call timeouts sit below the mount's deadline, so a thread abandoned at the deadline
+    ends soon after instead of lingering."""
+    config = load(ClientConfig, section="client", toml_path=options.config, flags={
+        "master": options.master, "token": options.token or None, "node": options.node or None,
+        "rpc_timeout_s": min(5.0, options.deadline_s * 0.5),
+        "data_timeout_s": max(0.5, options.deadline_s * 0.8),
+    })
+    return CurvineClient(config=config)
+
+
+def resolve_root(client: CurvineClient, subdir: str) -> int:
+    attr = client.master.resolve(subdir)
+    if attr.type != cpb.DIRECTORY:
+        raise NotADirectory(f"--subdir {subdir} is not a directory")
+    return int(attr.ino)
+
+
+async def serve(options: MountOptions, client: CurvineClient, root: int) -> None:
+    offload = Offload(deadline_s=options.deadline_s)
+    fs = Filesystem(client, offload, root=root, node=client.node, read_only=options.read_only)
+    ops = Operations(fs, Timeouts(options.attr_timeout, options.entry_timeout, options.negative_timeout),
+                     writeback_cache=options.writeback_cache, direct_io=options.direct_io,
+                     keep_cache=options.keep_cache)
+    pyfuse3.init(ops, options.mountpoint, options.libfuse_options())
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_on_signal)
+            nursery.start_soon(_announce, options)
+            await pyfuse3.main(min_tasks=2, max_tasks=options.max_tasks)
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.move_on_after(options.deadline_s) as scope:
+            scope.shield = True
+            await fs.commit_all()
+        still_mounted = mountpoint.is_mounted(options.mountpoint)
+        pyfuse3.close(unmount=still_mounted)
+        log.info("unmounted %s", options.mountpoint)
+
+
+async def _stop_on_signal() -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            log.info("%s: stopping", signal.Signals(signum).name)
+            pyfuse3.terminate()
+            return
+
+
+async def _announce(options: MountOptions) -> None:
+    # stat() returns once the kernel finished INIT with us and got the root's attributes.
+    await trio.to_thread.run_sync(os.stat, options.mountpoint, abandon_on_cancel=True)
+    await trio.to_thread.run_sync(lambda: mountpoint.tune(
+        options.mountpoint, read_ahead_kb=options.read_ahead_kb, max_background=options.max_background))
+    log.info("mounted %s on %s (subdir %s)", options.master, options.mountpoint, options.subdir)
+    print(f"mounted={options.mountpoint}", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    try:
+        options = parse(argv)
+    except CurvineError as exc:
+        print(f"curvine-py mount: {exc.message}", file=sys.stderr)
+        return 2
+    node = options.node or socket.gethostname()
+    logging.basicConfig(level=getattr(logging, options.log_level, logging.INFO), stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s mount[{node}] %(name)s: %(message)s")
+    client: CurvineClient | None = None
+    try:
+        mountpoint.prepare(options.mountpoint, force=options.force)
+        client = client_for(options)
+        root = resolve_root(client, options.subdir)
+        trio.run(serve, options, client, root)
+        return 0
+    except CurvineError as exc:
+        print(f"curvine-py mount: {exc.message} ({errno_name(exc.errno)})", file=sys.stderr)
+        return 1
+    except RuntimeError as exc:    # pyfuse3.init: fuse_session_new/mount failed
+        print(f"curvine-py mount: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if client is not None:
+            client.close()

@@ -1,0 +1,240 @@
+"""pyfuse3.Operations, kept thin: names bytes <-> str, FUSE <-> master inode numbers, attributes
+-> EntryAttributes, lookup counting. The semantics live in filesystem.py; every handler is wrapped
+by errors.boundary, the only place exceptions become FUSEError.
+
+Lookup counts (pyfuse3's contract): every handler that replies an entry (lookup, create, mkdir,
+mknod, symlink, link, and each readdirplus entry but . and ..) adds one reference; `forget`
+removes them. Inode numbers are the master's and never reused, so nothing has to be freed when a
+count reaches zero; the counts are kept for consistency checks and debugging.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+from collections.abc import Sequence
+
+import pyfuse3
+
+from curvine_py.core.errors import CurvineError, NotFound
+from curvine_py.fuse.attrs import InodeMap, Timeouts, entry_attributes, negative_entry
+from curvine_py.fuse.errors import boundary
+from curvine_py.fuse.filesystem import AttrChanges, Filesystem, kind_of
+from curvine_py.fuse.state import LookupCounts
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+
+log = logging.getLogger(__name__)
+
+
+def _name(raw: bytes) -> str:
+    """Names travel as UTF-8 strings to the master; other bytes cannot be stored."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CurvineError(f"name {raw!r} is not valid UTF-8", errno=errno.EILSEQ) from None
+
+
+class Operations(pyfuse3.Operations):
+    supports_dot_lookup = True
+
+    def __init__(self, fs: Filesystem, timeouts: Timeouts, *, writeback_cache: bool = False,
+                 direct_io: bool = False, keep_cache: bool = False) -> None:
+        super().__init__()
+        self.fs = fs
+        self.inodes = InodeMap(fs.root)
+        self.timeouts = timeouts
+        self.lookups = LookupCounts()
+        self.enable_writeback_cache = writeback_cache
+        self._direct_io = direct_io
+        self._keep_cache = keep_cache
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _m(self, ino: int) -> int:
+        return self.inodes.to_master(ino)
+
+    def _entry(self, attr: cpb.Attr) -> pyfuse3.EntryAttributes:
+        size, mtime = self.fs.overlay(attr)
+        return entry_attributes(attr, self.inodes, self.timeouts, size=size, mtime_ns=mtime)
+
+    def _reference(self, attr: cpb.Attr) -> pyfuse3.EntryAttributes:
+        entry = self._entry(attr)
+        self.lookups.add(entry.st_ino)
+        return entry
+
+    def _file_info(self, fh: int) -> pyfuse3.FileInfo:
+        return pyfuse3.FileInfo(fh=fh, direct_io=self._direct_io, keep_cache=self._keep_cache)
+
+    # -- names -------------------------------------------------------------------------------
+    @boundary
+    async def lookup(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        try:
+            attr = await self.fs.lookup(self._m(parent_inode), _name(name))
+        except NotFound:
+            if self.timeouts.negative > 0:
+                return negative_entry(self.timeouts)
+            raise
+        return self._reference(attr)
+
+    @boundary
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        for ino, nlookup in inode_list:
+            self.lookups.forget(ino, nlookup)
+
+    @boundary
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self._entry(await self.fs.getattr(self._m(inode)))
+
+    @boundary
+    async def setattr(self, inode: int, attr: pyfuse3.EntryAttributes, fields: pyfuse3.SetattrFields,
+                      fh: int | None, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        changes = AttrChanges(
+            mode=attr.st_mode if fields.update_mode else None,
+            uid=attr.st_uid if fields.update_uid else None,
+            gid=attr.st_gid if fields.update_gid else None,
+            size=attr.st_size if fields.update_size else None,
+            atime_ns=attr.st_atime_ns if fields.update_atime else None,
+            mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
+            ctime_ns=attr.st_ctime_ns if fields.update_ctime else None,
+        )
+        return self._entry(await self.fs.setattr(self._m(inode), changes, ctx.uid))
+
+    @boundary
+    async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
+        return (await self.fs.readlink(self._m(inode))).encode("utf-8")
+
+    @boundary
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int,
+                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        attr = await self.fs.make(self._m(parent_inode), _name(name), kind_of(mode), mode, ctx.uid, ctx.gid,
+                                  rdev=rdev)
+        return self._reference(attr)
+
+    @boundary
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int,
+                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        attr = await self.fs.make(self._m(parent_inode), _name(name), cpb.DIRECTORY, mode, ctx.uid, ctx.gid)
+        return self._reference(attr)
+
+    @boundary
+    async def symlink(self, parent_inode: int, name: bytes, target: bytes,
+                      ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        attr = await self.fs.make(self._m(parent_inode), _name(name), cpb.SYMLINK, 0o777, ctx.uid, ctx.gid,
+                                  target=_name(target))
+        return self._reference(attr)
+
+    @boundary
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
+                   ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        attr = await self.fs.link(self._m(inode), self._m(new_parent_inode), _name(new_name))
+        return self._reference(attr)
+
+    @boundary
+    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        await self.fs.unlink(self._m(parent_inode), _name(name))
+
+    @boundary
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        await self.fs.rmdir(self._m(parent_inode), _name(name))
+
+    @boundary
+    async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes,
+                     flags: int, ctx: pyfuse3.RequestContext) -> None:
+        await self.fs.rename(self._m(parent_inode_old), _name(name_old), self._m(parent_inode_new),
+                             _name(name_new), flags)
+
+    # -- files -------------------------------------------------------------------------------
+    @boundary
+    async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
+                     ctx: pyfuse3.RequestContext) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        if stat.S_IFMT(mode) not in (0, stat.S_IFREG):
+            raise CurvineError("create of a non-regular file", errno=errno.EINVAL)
+        handle, attr = await self.fs.create(self._m(parent_inode), _name(name), mode, flags, ctx.uid, ctx.gid)
+        return self._file_info(handle.fh), self._reference(attr)
+
+    @boundary
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        handle = await self.fs.open(self._m(inode), flags, ctx.uid)
+        direct = self._direct_io or bool(flags & os.O_DIRECT)
+        return pyfuse3.FileInfo(fh=handle.fh, direct_io=direct, keep_cache=self._keep_cache)
+
+    @boundary
+    async def read(self, fh: int, off: int, size: int) -> memoryview:
+        return await self.fs.read(fh, off, size)
+
+    @boundary
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        return await self.fs.write(fh, off, buf)
+
+    @boundary
+    async def flush(self, fh: int) -> None:
+        await self.fs.flush(fh)
+
+    @boundary
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        await self.fs.fsync(fh)
+
+    @boundary
+    async def release(self, fh: int) -> None:
+        await self.fs.release(fh)
+
+    # -- directories -------------------------------------------------------------------------
+    @boundary
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+        return (await self.fs.opendir(self._m(inode))).fh
+
+    @boundary
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        for item in await self.fs.readdir(fh, start_id):
+            entry = self._entry(item.attr)
+            if not pyfuse3.readdir_reply(token, item.name.encode("utf-8"), entry, item.offset):
+                return
+            if not item.dot:
+                self.lookups.add(entry.st_ino)
+
+    @boundary
+    async def releasedir(self, fh: int) -> None:
+        self.fs.releasedir(fh)
+
+    @boundary
+    async def fsyncdir(self, fh: int, datasync: bool) -> None:
+        return None   # every namespace change is durable on the master before it is answered
+
+    # -- xattrs, statfs, access --------------------------------------------------------------
+    @boundary
+    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        return await self.fs.getxattr(self._m(inode), _name(name))
+
+    @boundary
+    async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:
+        await self.fs.setxattr(self._m(inode), _name(name), value)
+
+    @boundary
+    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
+        return [n.encode("utf-8") for n in await self.fs.listxattr(self._m(inode))]
+
+    @boundary
+    async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        await self.fs.removexattr(self._m(inode), _name(name))
+
+    @boundary
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        reply = await self.fs.statfs()
+        data = pyfuse3.StatvfsData()
+        unit = 4096   # f_frsize: capacities are reported in 4 KiB units (df multiplies back)
+        data.f_bsize = 1 << 20
+        data.f_frsize = unit
+        data.f_blocks = reply.capacity // unit
+        data.f_bfree = reply.available // unit
+        data.f_bavail = reply.available // unit
+        # Inodes are rows in the master's database: no fixed limit. Report plenty free.
+        data.f_files = reply.files + (1 << 32)
+        data.f_ffree = 1 << 32
+        data.f_favail = 1 << 32
+        data.f_namemax = 255
+        return data
+
+    @boundary
+    async def access(self, inode: int, mode: int, ctx: pyfuse3.RequestContext) -> bool:
+        # default_permissions: the kernel checks modes itself and never sends ACCESS.
+        return True

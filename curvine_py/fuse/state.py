@@ -1,0 +1,104 @@
+"""What the mount remembers between requests: kernel lookup counts, open files (one per inode,
+shared by all its handles) and file/directory handles. Caches only: everything can be rebuilt from
+the master, nothing here is durable.
+
+Concurrency rule (trio, one thread): the tables are only touched from trio tasks, so a sequence of
+statements without an `await` between them is atomic. Code that checks a table, awaits, then
+mutates it must check again after the await (see Filesystem.open/release).
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import stat
+from dataclasses import dataclass, field
+
+from curvine_py.client.files import CurvineFile
+
+log = logging.getLogger(__name__)
+
+
+class LookupCounts:
+    """The kernel's references to inodes: +1 for every entry we reply (lookup, create, mkdir,
+    mknod, symlink, link, readdirplus entries other than . and ..), -n on forget."""
+
+    def __init__(self) -> None:
+        self._counts: dict[int, int] = {}
+
+    def add(self, ino: int, n: int = 1) -> None:
+        self._counts[ino] = self._counts.get(ino, 0) + n
+
+    def forget(self, ino: int, n: int) -> bool:
+        """Returns True when the kernel holds no reference any more."""
+        left = self._counts.get(ino, 0) - n
+        if left > 0:
+            self._counts[ino] = left
+            return False
+        if left < 0:
+            log.debug("forget of inode %d below zero (%d)", ino, left)
+        self._counts.pop(ino, None)
+        return True
+
+    def get(self, ino: int) -> int:
+        return self._counts.get(ino, 0)
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+
+@dataclass(slots=True)
+class OpenFile:
+    """One inode open in this mount; every handle of it shares the CurvineFile, so writes through
+    one descriptor are visible to reads through another before any commit (POSIX in one mount)."""
+    ino: int
+    file: CurvineFile
+    mode: int                   # last known permission bits (suid/sgid clearing on write)
+    handles: int = 0
+    unlinked: bool = False      # its last name went away while open: ReleaseOrphan at last close
+    last_write_ns: int = 0      # mtime/ctime shown while writes are uncommitted
+
+
+@dataclass(slots=True)
+class FileHandle:
+    fh: int
+    open: OpenFile
+    uid: int                    # the opener: non-root writers clear setuid/setgid (killpriv)
+    writable: bool
+
+
+@dataclass(slots=True)
+class DirHandle:
+    """A directory listing in progress. Offsets handed to the kernel map to the entry name they
+    follow, so a resumed listing continues after that name even if entries came or went."""
+    fh: int
+    ino: int
+    names: dict[int, str] = field(default_factory=dict)    # offset -> name of the entry at it
+    next_offset: int = 3                                    # 1 and 2 are "." and ".."
+    page_after: str | None = None                           # the cached page of the master listing
+    page: list[object] = field(default_factory=list)
+    page_index: dict[str, int] = field(default_factory=dict)
+    page_more: bool = False
+
+
+def kill_suid_sgid(mode: int) -> int:
+    """Permission bits after a write/truncate by an unprivileged process or a chown (Linux rules:
+    setuid always goes; setgid only with group-execute, otherwise it is mandatory locking)."""
+    mode &= ~stat.S_ISUID
+    if mode & stat.S_IXGRP:
+        mode &= ~stat.S_ISGID
+    return mode
+
+
+def needs_kill(mode: int) -> bool:
+    return bool(mode & stat.S_ISUID) or (mode & (stat.S_ISGID | stat.S_IXGRP)) == (stat.S_ISGID | stat.S_IXGRP)
+
+
+class Handles:
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self.files: dict[int, FileHandle] = {}
+        self.dirs: dict[int, DirHandle] = {}
+        self.open_files: dict[int, OpenFile] = {}
+
+    def new_id(self) -> int:
+        return next(self._ids)
