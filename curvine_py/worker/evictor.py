@@ -44,27 +44,32 @@ class Evictor:
                 return 0
             victims = choose_victims(candidates, used=used, capacity=capacity, now_ms=store.clock(),
                                      high=self._high, low=self._low, extra_needed=needed)
-            store.evict(v.name for v in victims)
-        if victims:
-            log.info("evicted %d entries from %s to make room for %d bytes", len(victims),
+            evicted = store.evict(v.name for v in victims)
+        if evicted:
+            log.info("evicted %d entries from %s to make room for %d bytes", evicted,
                      store.dirs[dir_index].path, needed)
-        return len(victims)
+        return evicted
 
     def run_once(self) -> int:
-        """One periodic pass over every dir; returns entries evicted."""
+        """One periodic pass; returns entries evicted. Expired entries come from the store's
+        expiry heap; the full LRU scan runs only for a dir above its high watermark, so a pass
+        over a large, calm inventory costs almost nothing under the store lock."""
         store = self._store
-        total = 0
+        with store.lock:
+            expired = store.evict(store.due_expiries())
+        if expired:
+            log.info("expired %d entries", expired)
+        total = expired
         for index, data_dir in enumerate(store.dirs):
             with store.lock:
                 used, capacity = data_dir.pressure()
+                if used <= self._high * capacity:
+                    continue
                 victims = choose_victims(store.candidates(index), used=used, capacity=capacity,
                                          now_ms=store.clock(), high=self._high, low=self._low)
-                if victims:
-                    store.evict(v.name for v in victims)
-            if victims:
-                log.info("evicted %d entries from %s (expired or above the high watermark)",
-                         len(victims), data_dir.path)
-            total += len(victims)
+                evicted = store.evict(v.name for v in victims)
+            log.info("evicted %d entries from %s (above the high watermark)", evicted, data_dir.path)
+            total += evicted
         return total
 
     def start(self) -> None:

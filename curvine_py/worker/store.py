@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import heapq
 import logging
 import mmap
 import os
@@ -362,6 +363,9 @@ class Store:
         self._bad_block_ids: list[int] = []
         self._reclaim: Reclaimer | None = None
         self._made_shards: set[str] = set()
+        # (expires_at_ms, name) of entries with a TTL, so the periodic pass finds expired entries
+        # without scanning the inventory; stale items (entry gone or replaced) are skipped lazily.
+        self._expiries: list[tuple[int, str]] = []
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -481,6 +485,8 @@ class Store:
 
     def _remember(self, entry: Entry) -> None:
         self._inventory[entry.name] = entry
+        if entry.expires_at_ms:
+            heapq.heappush(self._expiries, (entry.expires_at_ms, entry.name))
         self.dirs[entry.dir_index].used += entry.size
         if entry.kind == layout.KIND_BLOCK:
             self._blocks += 1
@@ -767,22 +773,44 @@ class Store:
                           e.pinned_until_ms > now)
                 for e in self._inventory.values() if e.dir_index == dir_index]
 
+    def due_expiries(self) -> list[str]:
+        """Names of entries whose TTL has passed (durable ones included: a TTL is explicit),
+        except pinned ones, which are looked at again when their pin ends."""
+        now = self.clock()
+        due: list[str] = []
+        deferred: list[tuple[int, str]] = []
+        while self._expiries and self._expiries[0][0] <= now:
+            when, name = heapq.heappop(self._expiries)
+            entry = self._inventory.get(name)
+            if entry is None or entry.expires_at_ms != when:
+                continue
+            if entry.pinned_until_ms > now:
+                deferred.append((entry.pinned_until_ms, name))
+            else:
+                due.append(name)
+        for item in deferred:
+            heapq.heappush(self._expiries, item)
+        return due
+
     def evict(self, names: Iterable[str]) -> int:
-        """Removes the named entries (skipping any that became durable, pinned or were replaced);
-        returns the bytes freed. Evicted blocks are queued for the next heartbeat."""
-        freed = 0
+        """Removes the named entries and returns how many went. Skipped: entries gone or pinned
+        meanwhile, and durable ones unless their TTL has passed (readers already miss them).
+        Evicted blocks are queued for the next heartbeat."""
+        evicted = 0
         with self.lock:
             now = self.clock()
             for name in names:
                 entry = self._inventory.get(name)
-                if entry is None or entry.storage_class == DURABLE or entry.pinned_until_ms > now:
+                if entry is None or entry.pinned_until_ms > now:
+                    continue
+                if entry.storage_class == DURABLE and not entry.expired(now):
                     continue
                 self._remove_locked(entry)
                 self.evictions += 1
-                freed += entry.size
+                evicted += 1
                 if entry.kind == layout.KIND_BLOCK:
                     self._evicted_block_ids.append(entry.block_id)
-        return freed
+        return evicted
 
     # -- reporting -----------------------------------------------------------------------------------
 

@@ -106,3 +106,30 @@ def test_background_thread_expires_entries(tmp_path: pathlib.Path) -> None:
     finally:
         background.stop()
         real.close()
+
+
+def test_expired_durable_entries_are_removed_and_pinned_ones_wait(tmp_path: pathlib.Path) -> None:
+    clock = Clock()
+    store, evictor = make(tmp_path, 100 * MiB, clock)
+    store.put_object("durable-ttl", b"d", storage_class=DURABLE, ttl_ms=10)
+    store.put_object("pinned-ttl", b"p", ttl_ms=10)
+    assert store.exists(["pinned-ttl"], pin=True) == 1          # pinned until now + 1000
+    clock.tick(10)
+    assert evictor.run_once() == 1
+    assert store.stats().objects == 1 and store.stats().used > 0
+    clock.tick(1000)
+    assert evictor.run_once() == 1
+    assert store.stats().objects == 0 and store.stats().used == 0
+    store.close()
+
+
+def test_a_rewritten_entry_keeps_its_new_ttl(tmp_path: pathlib.Path) -> None:
+    clock = Clock()
+    store, evictor = make(tmp_path, 100 * MiB, clock)
+    store.write_block(8, b"old", storage_class=CACHE, ttl_ms=10)
+    store.write_block(8, b"new", storage_class=CACHE, ttl_ms=10_000)
+    clock.tick(10)
+    assert evictor.run_once() == 0 and store.contains_block(8)
+    clock.tick(10_000)
+    assert evictor.run_once() == 1 and not store.contains_block(8)
+    store.close()
