@@ -777,20 +777,20 @@ class Store:
         """Names of entries whose TTL has passed (durable ones included: a TTL is explicit),
         except pinned ones, which are looked at again when their pin ends."""
         now = self.clock()
-        due: list[str] = []
+        due: dict[str, None] = {}   # ordered and deduplicated (an entry may have two items)
         deferred: list[tuple[int, str]] = []
         while self._expiries and self._expiries[0][0] <= now:
-            when, name = heapq.heappop(self._expiries)
+            _, name = heapq.heappop(self._expiries)
             entry = self._inventory.get(name)
-            if entry is None or entry.expires_at_ms != when:
-                continue
+            if entry is None or not entry.expired(now):
+                continue   # gone, or replaced by a copy without/with a later TTL (its own item)
             if entry.pinned_until_ms > now:
                 deferred.append((entry.pinned_until_ms, name))
             else:
-                due.append(name)
+                due[name] = None
         for item in deferred:
             heapq.heappush(self._expiries, item)
-        return due
+        return list(due)
 
     def evict(self, names: Iterable[str]) -> int:
         """Removes the named entries and returns how many went. Skipped: entries gone or pinned
