@@ -85,6 +85,8 @@ _IN_CHUNK = 500                  # ids per `IN (...)` (SQLite's variable limit i
 _ATTR_COLS = ("ino, type, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev, "
               "generation, block_size")
 
+_ATTR_COLS_I = ", ".join("i." + c.strip() for c in _ATTR_COLS.split(","))   # joined with dentries d
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value ANY NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS inodes (
@@ -438,7 +440,7 @@ class Namespace:
             return self._get(int(row[0]))
         validate_name(name)
         row = self._db.execute(
-            f"SELECT {', '.join('i.' + c.strip() for c in _ATTR_COLS.split(','))} FROM dentries d "
+            f"SELECT {_ATTR_COLS_I} FROM dentries d "
             "JOIN inodes i ON i.ino = d.ino WHERE d.parent=? AND d.name=?", (parent, name)).fetchone()
         if row is None:
             raise NotFound(f"{name!r} not found in {parent}")
@@ -496,9 +498,8 @@ class Namespace:
         """Entries sorted by name (bytewise UTF-8), after `after_name`; returns (entries, more)."""
         self._dir(ino)
         limit = READDIR_DEFAULT_LIMIT if limit <= 0 else min(limit, READDIR_MAX_LIMIT)
-        cols = ", ".join("i." + c.strip() for c in _ATTR_COLS.split(","))
         rows = self._db.execute(
-            f"SELECT d.name, {cols} FROM dentries d JOIN inodes i ON i.ino = d.ino "
+            f"SELECT d.name, {_ATTR_COLS_I} FROM dentries d JOIN inodes i ON i.ino = d.ino "
             "WHERE d.parent=? AND d.name>? ORDER BY d.name LIMIT ?", (ino, after_name, limit + 1)).fetchall()
         entries = [DirEntry(row[0], _attr(row[1:])) for row in rows[:limit]]
         return entries, len(rows) > limit

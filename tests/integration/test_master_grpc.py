@@ -309,6 +309,27 @@ def test_acknowledged_creates_survive_kill_9(tmp_path: pathlib.Path) -> None:
         assert again.stop() == 0
 
 
+def test_flags_config_file_and_env(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "curvine.toml"
+    config.write_text('[master]\nlease_ms = 4321\nheartbeat_interval_ms = 321\nroot_policy_class = "cache"\n')
+    monkeypatch.setenv("CURVINE_HEARTBEAT_INTERVAL_MS", "123")         # env beats the file
+    proc = start_master(tmp_path / "m", "--config", str(config), "--block-size", "8MiB")   # flag beats all
+    try:
+        client = Master(proc.address)
+        reply = client.RegisterWorker(pb.RegisterWorkerRequest(info=pb.WorkerInfo(worker_id="w", port=1)))
+        assert (reply.lease_ms, reply.heartbeat_interval_ms) == (4321, 123)
+        assert client.StatFs(pb.Empty()).block_size == 8 << 20
+        assert client.GetPolicy(pb.PathRequest(path="/")).policy.storage_class == cpb.CACHE
+        client.close()
+    finally:
+        assert proc.stop() == 0
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[master]\nno_such_key = 1\n")
+    result = subprocess.run(curvine_command("master", "--data-dir", str(tmp_path / "m"), "--config", str(bad)),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "no_such_key" in result.stderr
+
+
 def test_module_entry_point_runs() -> None:
     result = subprocess.run([sys.executable, "-m", "curvine_py.cli.main", "master", "--help"],
                             capture_output=True, text=True, timeout=60)
