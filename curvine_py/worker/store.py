@@ -583,12 +583,14 @@ class Store:
     def _reserve(self, size: int) -> int:
         """Picks the dir with the most room, evicting cache data if none has enough."""
         with self.lock:
-            order = sorted(range(len(self.dirs)), key=lambda i: self.dirs[i].room(), reverse=True)
-            for index in order:
+            # One statvfs per dir per write: it is a good share of a small write's cost.
+            rooms = [d.room() for d in self.dirs]
+            for index in sorted(range(len(self.dirs)), key=rooms.__getitem__, reverse=True):
                 data_dir = self.dirs[index]
-                if data_dir.room() < size and self._reclaim is not None:
-                    self._reclaim(index, size)
-                if data_dir.room() >= size:
+                room = rooms[index]
+                if room < size and self._reclaim is not None and self._reclaim(index, size):
+                    room = data_dir.room()
+                if room >= size:
                     data_dir.reserved += size
                     return index
         raise NoSpace(f"no data dir has room for {size} bytes")
@@ -605,8 +607,10 @@ class Store:
                     raise
                 if attempt == 2 or self._reclaim is None:
                     break
-                with self.lock:   # the disk is fuller than our accounting (shared fs): evict, retry
-                    self._reclaim(index, size)
+                # The disk is fuller than our accounting says (a shared fs): evict, retry once.
+                # This write is already counted in `reserved`, so it asks for nothing extra.
+                with self.lock:
+                    self._reclaim(index, 0)
         raise NoSpace(f"data dir {self.dirs[index].path} is full")
 
     def _release(self, entry: Entry) -> None:

@@ -254,3 +254,27 @@ def test_fallocate_enospc_is_nospace(tmp_path: pathlib.Path, monkeypatch: pytest
         with pytest.raises(NoSpace):
             store.put_object("k", b"x" * 100, storage_class=DURABLE)
         assert os.listdir(tmp_path / "d" / "tmp") == [] and store.dirs[0].reserved == 0
+
+
+def test_fallocate_enospc_evicts_cache_data_and_retries(tmp_path: pathlib.Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    with Store([(str(tmp_path / "d"), 0)]) as store:
+        Evictor(store, high=0.9, low=0.5)
+        store.put_object("cache", b"c" * MiB)
+        store.put_object("durable", b"d" * MiB, storage_class=DURABLE)
+        real = os.posix_fallocate
+        calls: list[int] = []
+
+        def full_once(fd: int, offset: int, length: int) -> None:
+            calls.append(length)
+            if len(calls) == 1:   # someone else filled the shared filesystem meanwhile
+                raise OSError(errno.ENOSPC, "No space left on device")
+            real(fd, offset, length)
+
+        # statvfs said there was room when the write was admitted, and says 0 free afterwards
+        monkeypatch.setattr(store.dirs[0], "disk", lambda: (100 * MiB, 0 if calls else 50 * MiB))
+        monkeypatch.setattr(os, "posix_fallocate", full_once)
+        assert store.put_object("new", b"n" * 1000, storage_class=DURABLE) is True
+        assert len(calls) == 2
+        assert read_all(store, "cache") is None and read_all(store, "durable") is not None
+        assert read_all(store, "new") == b"n" * 1000
