@@ -402,7 +402,7 @@ class Namespace:
         self._db.execute("DELETE FROM xattrs WHERE ino=?", (ino,))
         self._db.execute("DELETE FROM inodes WHERE ino=?", (ino,))
 
-    def _unlinked_from(self, ino: int, parent: int, nlink: int, keep_orphan: bool) -> None:
+    def _unlinked_from(self, ino: int, nlink: int, keep_orphan: bool) -> None:
         """Bookkeeping after one name of a non-directory went away and nlink dropped to `nlink`."""
         if nlink <= 0:
             if keep_orphan:
@@ -661,7 +661,7 @@ class Namespace:
                                    "RETURNING nlink", (now, ino)).fetchone()
             nlink = max(0, int(row[0]))
             self._touch_dir(parent, now)
-            self._unlinked_from(ino, parent, nlink, keep_orphan)
+            self._unlinked_from(ino, nlink, keep_orphan)
             return UnlinkResult(ino, nlink)
 
     def release_orphan(self, ino: int) -> None:
@@ -722,7 +722,7 @@ class Namespace:
                     row = self._db.execute("UPDATE inodes SET nlink = nlink - 1, ctime_ns=? WHERE ino=? "
                                            "RETURNING nlink", (now, dst)).fetchone()
                     nlink = max(0, int(row[0]))
-                    self._unlinked_from(dst, new_parent, nlink, keep_orphan=False)
+                    self._unlinked_from(dst, nlink, keep_orphan=False)
                     result = RenameResult(dst, nlink)
             self._db.execute("DELETE FROM dentries WHERE parent=? AND name=?", (parent, name))
             self._db.execute("INSERT INTO dentries (parent, name, ino) VALUES (?, ?, ?)",
