@@ -131,6 +131,10 @@ class Session:
                 pass
         except (OSError, Unavailable, _PeerGone) as exc:
             log.debug("connection from %s ended: %s", self._peer, exc)
+        except CurvineError as exc:   # e.g. a stored file shorter than its header while sending it
+            log.warning("connection from %s dropped: %s", self._peer, exc)
+        except Exception:
+            log.exception("connection from %s failed", self._peer)
         finally:
             # FIN right after the last reply; unread request bytes (a refused payload) may still
             # make the kernel answer with RST, which is fine: the reply went out first.
@@ -288,7 +292,12 @@ class Session:
 
     def _get(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
         self._check_epoch(header)
-        stored = self._store.open_object(header.key)
+        try:
+            stored = self._store.open_object(header.key)
+        except Corrupt:
+            # Bad bytes are never returned: for a KV object that is a miss, and the copy goes.
+            self._store.drop_bad(self._store.object_name(header.key))
+            stored = None
         if stored is None:
             return _Outcome(DataHeader(found=False))
         meta = stored.header
@@ -314,7 +323,11 @@ class Session:
         return _Outcome(DataHeader(block_id=header.block_id, length=length))
 
     def _read_block(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
-        stored = self._store.open_block(header.block_id)
+        try:
+            stored = self._store.open_block(header.block_id)
+        except Corrupt:
+            self._store.drop_bad(self._store.block_name(header.block_id))
+            raise
         if stored is None:
             raise NotFound(f"block {header.block_id:x} is not on this worker")
         try:

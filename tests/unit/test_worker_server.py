@@ -529,3 +529,19 @@ def test_stop_closes_live_connections(store: Store, state: WorkerState) -> None:
 
 def test_prefix_struct_is_what_the_helper_assumes() -> None:
     assert struct.calcsize("<2sBBIIQ") == frames.PREFIX_SIZE
+
+
+def test_unreadable_stored_header_is_a_kv_miss_and_a_block_eio(client: WireClient, store: Store) -> None:
+    client.put("wrecked", b"w" * 100)
+    client.call(Op.WRITE_BLOCK, DataHeader(block_id=0x51), b"b" * 100)
+    for sub, name in (("kv", layout.object_file_name("wrecked")), ("blocks", layout.block_file_name(0x51))):
+        path = os.path.join(store.dirs[0].path, sub, layout.shard_dir(name), name)
+        with open(path, "r+b") as fh:
+            fh.write(b"JUNK")   # the magic
+    reply, payload = client.get("wrecked")
+    assert reply.found is False and payload == b""
+    reply, _ = client.exchange(Op.READ_BLOCK, DataHeader(block_id=0x51))
+    assert reply.errno == errno.EIO
+    assert store.stats().objects == 0 and store.stats().blocks == 0
+    assert store.take_reports() == ([], [0x51])
+    assert client.call(Op.PING, DataHeader()).errno == 0
