@@ -116,7 +116,9 @@ def parse(argv: list[str]) -> MountOptions:
         raise InvalidArgument("--master HOST:PORT is required (or CURVINE_MASTER)")
     timeouts: dict[str, float] = {}
     flags: dict[str, bool] = {}
-    fuse_options = {"default_permissions"}
+    # Root mounts serve every user by default (a shared cluster, CSI volumes); the kernel still
+    # checks permissions (default_permissions). `-o noallow_other` keeps it to the mounting user.
+    fuse_options = {"default_permissions"} | ({"allow_other"} if os.geteuid() == 0 else set())
     extra: dict[str, str] = {}
     for group in args.options:
         for item in (o.strip() for o in group.split(",")):
@@ -125,6 +127,8 @@ def parse(argv: list[str]) -> MountOptions:
             key, eq, value = item.partition("=")
             if key in ("attr_timeout", "entry_timeout", "negative_timeout"):
                 timeouts[key] = _seconds(key, value)
+            elif key == "noallow_other" and not eq:
+                fuse_options.discard("allow_other")
             elif key in ("writeback_cache", "direct_io", "keep_cache") and not eq:
                 flags[key] = True
             elif (key in _LIBFUSE_FLAGS and not eq) or (key in _LIBFUSE_VALUED and eq):

@@ -1,0 +1,46 @@
+"""Fixtures for real FUSE mounts (root, /dev/fuse).
+
+`shared_mount` is one cluster + one mount per test module (starting them costs ~3 s); `d` gives
+each test its own fresh directory in it, so tests stay independent. Tests that kill or restart
+processes build their own cluster and mount.
+"""
+from __future__ import annotations
+
+import itertools
+import pathlib
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fuse.mounts import Mount
+from tests.harness import Cluster
+
+_dirs = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with Cluster(tmp_path_factory.mktemp("cluster"), workers=1) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def shared_mount(shared_cluster: Cluster) -> Iterator[Mount]:
+    # Not under pytest's tmp dir: that one is 0700, and the permission tests run as other users.
+    where = pathlib.Path(tempfile.mkdtemp(prefix="curvine-mnt-"))
+    where.chmod(0o755)
+    try:
+        with Mount(shared_cluster.master_address, where) as m:
+            yield m
+    finally:
+        where.rmdir()
+
+
+@pytest.fixture
+def d(shared_mount: Mount, request: pytest.FixtureRequest) -> pathlib.Path:
+    """A fresh, world-writable directory in the shared mount, named after the test."""
+    path = shared_mount.path / f"{request.node.name[:80]}-{next(_dirs)}"
+    path.mkdir()
+    path.chmod(0o777)
+    return path
