@@ -545,3 +545,50 @@ def test_unreadable_stored_header_is_a_kv_miss_and_a_block_eio(client: WireClien
     assert store.stats().objects == 0 and store.stats().blocks == 0
     assert store.take_reports() == ([], [0x51])
     assert client.call(Op.PING, DataHeader()).errno == 0
+
+
+def test_concurrent_clients_with_eviction_never_see_wrong_bytes(tmp_path: os.PathLike[str],
+                                                                  state: WorkerState) -> None:
+    from curvine_py.worker.evictor import Evictor
+
+    def value(key: str) -> bytes:
+        seed = int(key[1:])
+        return bytes([seed % 251]) * (512 * 1024 + seed * 10_000)
+
+    with Store([(os.path.join(tmp_path, "busy"), 4 * MiB)]) as busy:
+        evictor = Evictor(busy, high=0.8, low=0.5, interval_s=0.005)
+        evictor.start()
+        srv = DataServer(busy, state, host="127.0.0.1", port=0, token="", max_payload=8 * MiB)
+        address = srv.start()
+        failures: list[str] = []
+
+        def worker(seed: int) -> None:
+            try:
+                with WireClient(address) as c:
+                    for i in range(60):
+                        key = f"k{(seed * 7 + i) % 24}"
+                        action = (seed + i) % 3
+                        if action == 0:
+                            c.put(key, value(key))
+                        elif action == 1:
+                            reply, payload = c.get(key)
+                            if reply.found and (payload != value(key) or not client_verifies(payload, reply)):
+                                failures.append(f"wrong bytes for {key}")
+                        else:
+                            c.call(Op.DELETE, DataHeader(key=key))
+            except Exception as exc:  # noqa: BLE001 - collected and asserted below
+                failures.append(repr(exc))
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        srv.stop()
+        evictor.stop()
+        assert failures == []
+        on_disk = sum(os.path.getsize(os.path.join(root, f))
+                      for root, _, files in os.walk(os.path.join(busy.dirs[0].path, "kv")) for f in files)
+        assert busy.stats().used == on_disk and busy.dirs[0].reserved == 0
+        assert busy.stats().evictions > 0
+        assert os.listdir(os.path.join(busy.dirs[0].path, "tmp")) == []
