@@ -24,7 +24,7 @@ from curvine_py.worker.store import Store
 MiB = 1 << 20
 
 
-class FakeMaster(MasterServicer):  # type: ignore[misc]
+class FakeMaster(MasterServicer):
     def __init__(self) -> None:
         self.registrations: list[mpb.RegisterWorkerRequest] = []
         self.heartbeats: list[mpb.HeartbeatRequest] = []
@@ -62,7 +62,7 @@ class FakeMaster(MasterServicer):  # type: ignore[misc]
 
 def serve(fake: FakeMaster, port: int = 0) -> tuple[grpc.Server, int]:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    add_MasterServicer_to_server(fake, server)
+    add_MasterServicer_to_server(fake, server)  # type: ignore[no-untyped-call]
     bound = server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     return server, bound

@@ -13,7 +13,7 @@ import socket
 import struct
 import threading
 from collections.abc import Iterator
-from typing import Self
+from typing import Any, Self
 
 import pytest
 
@@ -107,7 +107,7 @@ class WireClient:
         return reply
 
     # KV / block helpers
-    def put(self, key: str, data: bytes, **fields: object) -> DataHeader:
+    def put(self, key: str, data: bytes, **fields: Any) -> DataHeader:
         header = DataHeader(key=key, length=len(data), checksum=layout.object_checksum(data), **fields)
         return self.call(Op.PUT, header, data)
 
