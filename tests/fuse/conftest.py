@@ -44,3 +44,10 @@ def d(shared_mount: Mount, request: pytest.FixtureRequest) -> pathlib.Path:
     path.mkdir()
     path.chmod(0o777)
     return path
+
+
+@pytest.fixture
+def cluster(tmp_path: pathlib.Path) -> Iterator[Cluster]:
+    """A cluster of its own, for tests that stop, kill or restart processes."""
+    with Cluster(tmp_path / "cluster", workers=1) as c:
+        yield c

@@ -44,7 +44,8 @@ class Mount:
                                                "--deadline", str(self.deadline), *token, *self.args)]
 
     def start(self) -> Mount:
-        self.path.mkdir(parents=True, exist_ok=True)
+        if mountpoint.state(str(self.path)) == "missing":
+            self.path.mkdir(parents=True)
         self.process = start(f"mount:{self.path.name}", self.argv(), ready_prefix="mounted=",
                              env=self.env, echo=self.echo)
         return self
