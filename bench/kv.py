@@ -1,0 +1,340 @@
+"""`curvine-py bench kv`: KV put/get through CurvineClient vs the best raw Python socket pair.
+
+A cluster of 1 master + 1 worker (tests/harness.py, real processes on loopback) with its data dirs
+in --dir (default /var/tmp: objects are read from and written to the page cache of a real
+filesystem, as on a worker's NVMe; tmpfs reads run at half that speed here), and three ways in:
+
+    get (TCP)      client node != worker node: GET over the framed data plane (worker `sendfile`,
+                   client `recv_into` the caller's page-aligned buffer, chunk digests verified)
+    put (TCP)      PUT of a new key from a page-aligned buffer (client digests, worker receives,
+                   digests, writes the file, renames)
+    get (local)    client node == worker node: short-circuit, the worker passes the file's fd over
+                   its unix socket and the client `preadv`s it into the buffer (and verifies)
+
+Baselines, measured in the same run and interleaved with the subject (ARCHITECTURE.md, "the best
+raw pair"): a separate server PROCESS on loopback TCP that, per request, either `os.sendfile`s a
+file of the object's size in the same --dir (raw get; the receiver does `recv_into` a page-aligned mmap)
+or receives the object with `recv_into` a page-aligned mmap and acks (raw put; the sender does one
+`sendall` from a page-aligned buffer). One small request per object on both sides, like the KV ops.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import pathlib
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench import common
+
+SIZES_MIB = (1, 4, 14, 32)
+TARGET_SIZES_MIB = (14, 32)          # the issue's targets apply to these
+TARGETS = {"get": 0.9, "put": 0.8, "get_local": 3.0}
+REQUEST = struct.Struct("<cQ")       # raw pair request: op (b"G" | b"P"), size
+
+
+# -- the raw pair ---------------------------------------------------------------------------------
+RAW_SERVER = r"""
+import mmap, os, socket, struct, sys
+REQUEST = struct.Struct("<cQ")
+workdir = sys.argv[1]
+listener = socket.create_server(("127.0.0.1", 0))
+print(listener.getsockname()[1], flush=True)
+files, buffers = {}, {}
+
+def recv_exactly_into(sock, view):
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:], len(view) - got)
+        if n == 0:
+            raise EOFError
+        got += n
+
+while True:
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    head = memoryview(bytearray(REQUEST.size))
+    try:
+        while True:
+            recv_exactly_into(conn, head)
+            op, size = REQUEST.unpack(head)
+            if op == b"G":
+                fd = files.get(size)
+                if fd is None:
+                    path = os.path.join(workdir, f"raw-{size}")
+                    with open(path, "wb") as fh:
+                        fh.write(os.urandom(size))
+                    fd = files[size] = os.open(path, os.O_RDONLY)
+                sent = 0
+                while sent < size:
+                    sent += os.sendfile(conn.fileno(), fd, sent, size - sent)
+            elif op == b"P":
+                buf = buffers.get(size)
+                if buf is None:
+                    buf = buffers[size] = memoryview(mmap.mmap(-1, size))
+                recv_exactly_into(conn, buf)
+                conn.sendall(b"K")
+            else:
+                sys.exit(0)
+    except (EOFError, ConnectionError):
+        conn.close()
+"""
+
+
+class RawPair:
+    """The client side of the raw pair; the server is a separate process."""
+
+    def __init__(self, workdir: pathlib.Path) -> None:
+        self._proc = subprocess.Popen([sys.executable, "-c", RAW_SERVER, str(workdir)], stdout=subprocess.PIPE,
+                                      text=True)
+        assert self._proc.stdout is not None
+        port = int(self._proc.stdout.readline())
+        self.pid = self._proc.pid
+        self._sock = socket.create_connection(("127.0.0.1", port))
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def get(self, out: memoryview) -> None:
+        self._sock.sendall(REQUEST.pack(b"G", len(out)))
+        got, total = 0, len(out)
+        while got < total:
+            n = self._sock.recv_into(out[got:], total - got)
+            if n == 0:
+                raise EOFError("raw server went away")
+            got += n
+
+    def put(self, data: memoryview) -> None:
+        self._sock.sendall(REQUEST.pack(b"P", len(data)))
+        self._sock.sendall(data)
+        if self._sock.recv(1) != b"K":
+            raise EOFError("raw server went away")
+
+    def close(self) -> None:
+        try:
+            self._sock.sendall(REQUEST.pack(b"Q", 0))
+            self._sock.close()
+            self._proc.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            self._proc.kill()
+            self._proc.wait()
+
+
+# -- measurement ---------------------------------------------------------------------------------
+def aligned(size: int, fill: bool = False) -> memoryview:
+    buffer = mmap.mmap(-1, size)
+    if fill:
+        buffer.write(os.urandom(size))
+    return memoryview(buffer)
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds a process's live threads have run so far (schedstat: nanoseconds, where
+    /proc/PID/stat counts 10 ms ticks, too coarse for a 200 ms sample)."""
+    total = 0
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass   # the thread ended meanwhile
+    return total / 1e9
+
+
+class Meter:
+    """Times `count` calls moving `size` bytes each and records what they cost in CPU, on this
+    (client) side and in the server process: CPU is what contention on a shared machine does not
+    hide, so it says where the time goes even when wall-clock throughput is noisy."""
+
+    def __init__(self) -> None:
+        self.cpu: dict[str, list[tuple[float, float]]] = {}
+
+    def run(self, name: str, op: Callable[[int], None], size: int, count: int, server_pid: int) -> float:
+        client0, server0 = process_cpu(os.getpid()), process_cpu(server_pid)
+        start = time.perf_counter()
+        for index in range(count):
+            op(index)
+        seconds = time.perf_counter() - start
+        gigabytes = size * count / 1e9
+        self.cpu.setdefault(name, []).append(((process_cpu(os.getpid()) - client0) / gigabytes,
+                                              (process_cpu(server_pid) - server0) / gigabytes))
+        return gigabytes / seconds
+
+    def summary(self, name: str) -> dict[str, float]:
+        """Median CPU seconds per GB moved, client side and server side."""
+        samples = self.cpu[name]
+        return {"client_cpu_s_per_gb": common.median(c for c, _ in samples),
+                "server_cpu_s_per_gb": common.median(s for _, s in samples)}
+
+
+class KVBench:
+    def __init__(self, root: pathlib.Path, args: Any) -> None:
+        from tests.harness import Cluster
+        self.args = args
+        self.raw = RawPair(root)
+        self.cluster = Cluster(root / "cluster", workers=1, node_names=["bench-worker"],
+                               worker_args=["--max-payload", str(256 << 20)])
+        self.cluster.__enter__()
+        self.cluster.wait_for_live_workers(1)
+        self.tcp = self.cluster.client(node="bench-client", membership_refresh_s=60.0)
+        self.local = self.cluster.client(node="bench-worker", membership_refresh_s=60.0)
+        self._put_serial = 0
+        self.meter = Meter()
+        worker = self.cluster.workers[0]
+        assert worker is not None
+        self.worker_pid = worker.process.pid
+
+    def close(self) -> None:
+        self.raw.close()
+        self.cluster.stop()
+
+    def check_paths(self) -> dict[str, bool]:
+        """The two clients must take the paths we claim they take."""
+        view = self.tcp.membership.view()
+        worker = next(iter(view.workers.values()))
+        return {"tcp_client_is_local": self.tcp.io.is_local(worker),
+                "local_client_is_local": self.local.io.is_local(worker)}
+
+    def count(self, size: int) -> int:
+        return max(self.args.min_count, -(-self.args.bytes_per_sample // size))
+
+    def size_results(self, size: int) -> dict[str, Any]:
+        count, repeats = self.count(size), self.args.repeats
+        out = aligned(size)
+        data = aligned(size, fill=True)
+        key = f"bench/get/{size}"
+        self.tcp.kv.put(key, data)
+        self.raw.get(out)                                    # the raw file exists and is cached
+        for client in (self.tcp, self.local):                # warm pools, fd paths, page cache
+            assert client.kv.get_into(key, out) == size
+            assert out == data, "KV get returned different bytes"
+
+        meter, raw_pid, worker_pid = self.meter, self.raw.pid, self.worker_pid
+
+        def raw_get(name: str) -> Callable[[], float]:
+            return lambda: meter.run(f"{name}/raw", lambda _i: self.raw.get(out), size, count, raw_pid)
+
+        def raw_put() -> float:
+            return meter.run("put/raw", lambda _i: self.raw.put(data), size, count, raw_pid)
+
+        def kv_get(name: str, client: Any) -> Callable[[], float]:
+            return lambda: meter.run(name, lambda _i: client.kv.get_into(key, out), size, count, worker_pid)
+
+        def kv_put() -> float:
+            self._put_serial += 1
+            serial = self._put_serial
+            try:
+                return meter.run("put", lambda i: self.tcp.kv.put(f"bench/put/{size}/{serial}/{i}", data), size,
+                                 count, worker_pid)
+            finally:
+                for i in range(count):   # written objects stay in the page cache: keep it small
+                    self.tcp.kv.delete(f"bench/put/{size}/{serial}/{i}")
+
+        meter.cpu.clear()
+        result: dict[str, Any] = {
+            "count_per_sample": count,
+            "get": common.paired(kv_get("get", self.tcp), raw_get("get"), repeats).summary(),
+            "put": common.paired(kv_put, raw_put, repeats).summary(),
+            "get_local": common.paired(kv_get("get_local", self.local), raw_get("get_local"), repeats).summary(),
+        }
+        for name in ("get", "put", "get_local"):
+            result[name]["cpu"] = {"subject": meter.summary(name), "baseline": meter.summary(f"{name}/raw")}
+        self.tcp.kv.delete(key)
+        return result
+
+
+def main(argv: list[str]) -> int:
+    p = common.parser("kv", __doc__.splitlines()[0])
+    p.add_argument("--sizes", default=",".join(map(str, SIZES_MIB)), help="object sizes in MiB (default 1,4,14,32)")
+    p.add_argument("--bytes-per-sample", type=int, default=256 << 20,
+                   help="bytes moved per timed sample (default 256 MiB; at least --min-count objects)")
+    p.add_argument("--min-count", type=int, default=4, help="objects per timed sample at least (default 4)")
+    p.add_argument("--dir", default="/var/tmp", help="where the cluster and the raw file live (default /var/tmp: a real "
+                   "filesystem's page cache; tmpfs reads run at half the speed here)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.repeats = min(args.repeats, 3)
+        args.bytes_per_sample = min(args.bytes_per_sample, 64 << 20)
+        args.min_count = min(args.min_count, 2)
+    sizes = [int(x) for x in args.sizes.split(",") if x]
+    info = common.machine()
+    print(f"kv: sizes {sizes} MiB, {args.bytes_per_sample >> 20} MiB per sample, {args.repeats} repeats",
+          flush=True)
+    root = pathlib.Path(tempfile.mkdtemp(prefix="curvine-bench-kv-", dir=args.dir))
+    bench = None
+    try:
+        bench = KVBench(root, args)
+        paths = bench.check_paths()
+        if paths["tcp_client_is_local"] or not paths["local_client_is_local"]:
+            raise SystemExit(f"clients do not take the intended paths: {paths}")
+        results = []
+        for mib in sizes:
+            r = bench.size_results(mib << 20)
+            r["size_mib"] = mib
+            results.append(r)
+            print(f"  {mib:>3} MiB: " + "; ".join(
+                f"{name} {r[name]['subject_median']:.2f} GB/s vs raw {r[name]['baseline_median']:.2f} = "
+                f"{r[name]['ratio_median']:.2f}x" for name in ("get", "put", "get_local")), flush=True)
+    finally:
+        if bench is not None:
+            bench.close()
+        shutil.rmtree(root, ignore_errors=True)
+    verdicts = {}
+    for name, target in TARGETS.items():
+        ratios = [r[name]["ratio_median"] for r in results if r["size_mib"] in TARGET_SIZES_MIB]
+        verdicts[name] = {"target": target, "worst_ratio": min(ratios) if ratios else None,
+                          "met": bool(ratios) and min(ratios) >= target}
+    payload = {"benchmark": "kv", "machine": info,
+               "parameters": {"sizes_mib": sizes, "bytes_per_sample": args.bytes_per_sample,
+                              "min_count": args.min_count, "repeats": args.repeats, "quick": args.quick,
+                              "dir": args.dir, "paths": paths},
+               "results": results, "targets": verdicts}
+    common.publish("kv", args, payload, render(payload))
+    return 0
+
+
+def render(payload: dict[str, Any]) -> str:
+    params = payload["parameters"]
+    body = ["## KV put/get vs the raw socket pair", "", common.machine_line(payload["machine"]), "",
+            f"1 master + 1 worker on loopback, data dirs in {params['dir']}; "
+            f"{params['bytes_per_sample'] >> 20} MiB (>= {params['min_count']} objects) per timed sample, "
+            f"median of {params['repeats']} repeats. GB/s = 1e9 bytes/s. Raw get = separate process "
+            f"`os.sendfile` from a file in {params['dir']} (page cache) -> `recv_into` a page-aligned mmap; raw put = `sendall` from a "
+            "page-aligned buffer -> `recv_into` an mmap in a separate process (+ a 1-byte ack). "
+            "Ratio = median of per-repeat KV / raw.", ""]
+    rows = []
+    for r in payload["results"]:
+        row: list[object] = [r["size_mib"]]
+        for name in ("get", "put", "get_local"):
+            s = r[name]
+            row += [f"{s['subject_median']:.2f}", f"{s['baseline_median']:.2f}", f"**{s['ratio_median']:.2f}x**"]
+        rows.append(row)
+    body.append(common.table(["MiB", "get GB/s", "raw get", "get ratio", "put GB/s", "raw put", "put ratio",
+                              "local get GB/s", "raw get", "local ratio"], rows))
+    cpu_rows = []
+    for r in payload["results"]:
+        row = [r["size_mib"]]
+        for name in ("get", "put", "get_local"):
+            c = r[name]["cpu"]
+            row += [f"{c['subject']['client_cpu_s_per_gb'] * 1e3:.0f} / {c['baseline']['client_cpu_s_per_gb'] * 1e3:.0f}",
+                    f"{c['subject']['server_cpu_s_per_gb'] * 1e3:.0f} / {c['baseline']['server_cpu_s_per_gb'] * 1e3:.0f}"]
+        cpu_rows.append(row)
+    body += ["", "CPU cost, ms of CPU per GB moved (time on CPU of all threads, from schedstat; KV / raw pair; client = this "
+             "process, server = the worker or the raw server process). CPU is what a busy machine does not hide: "
+             "it shows where the time goes even when wall-clock numbers drift.", "",
+             common.table(["MiB", "get client", "get server", "put client", "put server", "local get client",
+                           "local get server"], cpu_rows)]
+    names = {"get": "get (TCP)", "put": "put (TCP)", "get_local": "short-circuit get"}
+    body += ["", "Targets (issue 2) on 14-32 MiB: " + "; ".join(
+        f"{names[n]} >= {v['target']}x: worst {v['worst_ratio']:.2f}x, **{'met' if v['met'] else 'missed'}**"
+        for n, v in payload["targets"].items() if v["worst_ratio"] is not None) + "."]
+    return "\n".join(body)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+    raise SystemExit(main(sys.argv[1:]))
