@@ -56,9 +56,12 @@ class BlockStore:
     def close(self) -> None:
         self._fanout.shutdown(wait=False, cancel_futures=True)
 
-    def read(self, block: pb.BlockInfo, offset: int, length: int, out: memoryview | None = None) -> memoryview:
-        """Bytes [offset, offset+length) of a stored block; offset must be chunk-aligned and the
-        range must end on a chunk boundary or at the block's end (so every chunk is verifiable)."""
+    def read(self, block: pb.BlockInfo, offset: int, length: int, out: memoryview | None = None,
+             minimum: int | None = None) -> memoryview:
+        """Bytes [offset, offset+length) of a stored block, verified. `offset` must be chunk-aligned
+        and the range must end on a chunk boundary or at the stored end, so every chunk is
+        verifiable; the worker may clip the range at its stored end, which is fine as long as at
+        least `minimum` (default: `length`) bytes arrive."""
         view = self.membership.view()
         request = DataHeader(block_id=block.block_id, offset=offset, length=length)
         errors: list[CurvineError] = []
@@ -70,7 +73,7 @@ class BlockStore:
             except (Unavailable, Timeout, Corrupt) as exc:
                 errors.append(exc)
                 continue
-            if data is None or len(data) != length:
+            if data is None or len(data) < (length if minimum is None else minimum):
                 errors.append(Corrupt(f"block {block.block_id:x}: short read"))
                 continue
             return data
@@ -232,11 +235,15 @@ class CurvineFile(io.RawIOBase):
             return
         chunk = layout.CHUNK_SIZE
         start = inner - inner % chunk
-        end = min(block.length, -(-(inner + stored) // chunk) * chunk)
-        if start == inner and end == inner + stored:
-            self._store.read(block, start, end - start, target[:stored])  # straight into the caller's buffer
+        want_end = inner + stored
+        # Ask for whole chunks so every byte is verified; the worker clips the range at its stored
+        # end (which can lie beyond block.length after a truncate shortened the block).
+        exact = want_end % chunk == 0 or (block.checksum != 0 and want_end == block.length)
+        if start == inner and exact:
+            self._store.read(block, start, stored, target[:stored])  # straight into the caller's buffer
         else:
-            data = self._store.read(block, start, end - start)
+            end = -(-want_end // chunk) * chunk
+            data = self._store.read(block, start, end - start, minimum=want_end - start)
             target[:stored] = data[inner - start:inner - start + stored]
 
     def pwrite(self, offset: int, data: bytes | bytearray | memoryview) -> int:

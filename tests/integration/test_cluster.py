@@ -179,3 +179,18 @@ def test_policy_inheritance_and_cache_class_replicas(cluster3: Cluster) -> None:
         handle.write(b"x" * 100)
     blocks = fs.master.get_blocks(fs.stat("/l2cache/model-a/chunk").ino).blocks
     assert [len(b.worker_ids) for b in blocks] == [1], "cache class keeps one replica"
+
+
+def test_truncate_into_a_block_then_read_and_extend(cluster1: Cluster) -> None:
+    fs = cluster1.client().fs
+    data = random_bytes(3 * MiB + 100, seed=3)
+    with fs.open("/shrink", "wb") as handle:
+        handle.write(data)
+    with fs.open("/shrink", "r+b") as handle:
+        handle.truncate(MiB + MiB // 2)
+    with fs.open("/shrink") as handle:
+        assert handle.read() == data[:MiB + MiB // 2]
+    with fs.open("/shrink", "r+b") as handle:
+        handle.truncate(2 * MiB)     # the cut-off bytes must come back as zeros, not old data
+    with fs.open("/shrink") as handle:
+        assert handle.read() == data[:MiB + MiB // 2] + bytes(MiB // 2)
