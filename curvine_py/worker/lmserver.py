@@ -1,0 +1,124 @@
+"""LMCache's `lm://` server protocol on a worker port, so a stock LMCache engine (`remote_url:
+lm://<worker>:<port>`) uses the cluster with nothing installed next to vLLM.
+
+Every key is routed to its owner worker by the same rendezvous placement as the native client
+(this worker may forward over the data plane), so all `lm://` ports of a cluster see one shared
+store, interchangeable with the native plugin (both keep LMCache's 28-byte RemoteMetadata with each
+object). Byte layout and client quirks: core/lmproto.py.
+
+Latency rules from the stock client: it reads each reply header with one recv(36), so the header
+and payload leave in one `sendmsg`; TCP_NODELAY is set and TCP_QUICKACK re-armed after each read
+(the client's next request must not wait for a delayed ACK). PUT has no reply: a failed PUT is
+logged and the key simply stays a miss.
+
+Error handling: garbage (ProtocolError) or a PUT above the payload limit (TooLarge) closes that
+connection (the protocol has no request ids to resynchronise); other connections are unaffected.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+
+from curvine_py.client.buffers import aligned
+from curvine_py.client.kv import KVClient
+from curvine_py.core import lmproto
+from curvine_py.core.errors import CurvineError, ProtocolError, TooLarge, Unavailable
+from curvine_py.transport.blocking import recv_exactly_into
+
+log = logging.getLogger(__name__)
+
+
+def _quickack(sock: socket.socket) -> None:
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+    except OSError:
+        pass
+
+
+def stored_meta(user_meta: bytes, length: int) -> lmproto.ObjectMeta:
+    """The descriptor to echo on a GET hit; objects stored without one (e.g. by `curvine-py kv`)
+    are described as raw bytes of their length."""
+    if len(user_meta) == lmproto.DESCRIPTOR_SIZE:
+        try:
+            meta = lmproto.ObjectMeta.unpack(user_meta)
+        except ProtocolError:
+            pass
+        else:
+            if meta.length == length:
+                return meta
+    return lmproto.ObjectMeta(length, lmproto.MemoryFormat.BINARY, lmproto.Dtype.UINT8, (length, 0, 0, 0))
+
+
+class LmSession:
+    """One `lm://` client connection (LMCache opens one per engine process and talks serially)."""
+
+    def __init__(self, sock: socket.socket, kv: KVClient, *, max_payload: int, peer: str) -> None:
+        self._sock = sock
+        self._kv = kv
+        self._max_payload = min(max_payload, lmproto.DEFAULT_MAX_PAYLOAD)
+        self._peer = peer
+
+    def serve(self) -> None:
+        header = memoryview(bytearray(lmproto.REQUEST_SIZE))
+        try:
+            while True:
+                try:
+                    recv_exactly_into(self._sock, header)
+                except Unavailable:
+                    return   # the client closed between requests: normal end
+                _quickack(self._sock)
+                request = lmproto.parse_request(header, max_payload=self._max_payload)
+                self._handle(request)
+        except (ProtocolError, TooLarge) as exc:
+            log.warning("lm:// %s: %s; closing the connection", self._peer, exc)
+        except (OSError, Unavailable) as exc:
+            log.info("lm:// %s went away: %s", self._peer, exc)
+        finally:
+            self._sock.close()
+
+    def _handle(self, request: lmproto.Request) -> None:
+        match request.command:
+            case lmproto.Command.PUT:
+                self._put(request)
+            case lmproto.Command.GET:
+                self._get(request.key)
+            case lmproto.Command.EXIST:
+                self._sock.sendall(lmproto.encode_exist(self._exists(request.key)))
+            case lmproto.Command.HEALTH:
+                self._sock.sendall(lmproto.SUCCESS_REPLY)
+            case lmproto.Command.LIST:
+                pass   # the stock server answers nothing either; the 0.5.6 client never sends it
+
+    def _put(self, request: lmproto.Request) -> None:
+        payload = aligned(request.meta.length)
+        recv_exactly_into(self._sock, payload)
+        _quickack(self._sock)
+        try:
+            self._kv.put(request.key, payload, user_meta=request.meta.pack())
+        except CurvineError as exc:
+            log.warning("lm:// put %s failed (it stays a miss): %s", request.key, exc)
+
+    def _get(self, key: str) -> None:
+        try:
+            found = self._kv.get_with_meta(key)
+        except CurvineError as exc:
+            log.warning("lm:// get %s failed, answering a miss: %s", key, exc)
+            found = None
+        if found is None:
+            self._sock.sendall(lmproto.FAIL_REPLY)
+            return
+        data, user_meta = found
+        head = lmproto.encode_hit(stored_meta(user_meta, len(data)))
+        sent = self._sock.sendmsg([head, data])   # header + payload in one write
+        if sent < len(head):
+            self._sock.sendall(head[sent:])
+            self._sock.sendall(data)
+        elif sent < len(head) + len(data):
+            self._sock.sendall(data[sent - len(head):])
+
+    def _exists(self, key: str) -> bool:
+        try:
+            return self._kv.exists_prefix([key], pin=True) == 1
+        except CurvineError as exc:
+            log.warning("lm:// exist %s failed, answering a miss: %s", key, exc)
+            return False
