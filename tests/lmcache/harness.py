@@ -469,7 +469,20 @@ def run_l2_bench(adapter: Mapping[str, Any], *, num_keys: int = 16, in_flight: i
                       ok=proc.returncode == 0 and verified)
 
 
-_VALIDATION = re.compile(r"Validation(?: \((\w+)\))?: (\d+)/(\d+)")
+_VALIDATION = re.compile(r"Validation(?: \(([^)]*)\))?: (\d+)/(\d+)")
+
+
+# A row of basic_check's performance table: "| GET                  |     0.61 |" -> GET, 0.61 (avg ms)
+_TABLE_ROW = re.compile(r"^\|\s*([A-Z][A-Z ()a-z-]*?)\s*\|\s*([\d.]+)\s*\|", re.MULTILINE)
+
+
+def _validations(stdout: str) -> list[list[Any]]:
+    return [[label or "", int(p), int(t)] for label, p, t in _VALIDATION.findall(stdout)]
+
+
+def _all_validations_pass(found: list[list[Any]]) -> bool:
+    return (len(found) >= 4 and all(p == t for _, p, t in found)
+            and any("content" in label for label, _, _ in found))
 
 
 def run_l2_basic_check(adapter: Mapping[str, Any], *, num_keys: int = 5, prefix: Sequence[str] = (),
@@ -481,10 +494,28 @@ def run_l2_basic_check(adapter: Mapping[str, Any], *, num_keys: int = 5, prefix:
     proc, wall = _run_tool([PYTHON, "-m", "lmcache.v1.basic_check", "--mode", "test_l2_adapter",
                             "--num-keys", str(num_keys), "--l2-adapter", json.dumps(dict(adapter))],
                            prefix=prefix, env=env, timeout=timeout)
-    found = [[label or "", int(p), int(t)] for label, p, t in _VALIDATION.findall(proc.stdout)]
-    ok = (proc.returncode == 0 and len(found) >= 4 and all(p == t for _, p, t in found)
-          and any(label == "content" for label, _, _ in found))
+    found = _validations(proc.stdout)
+    ok = proc.returncode == 0 and _all_validations_pass(found)
     return ToolResult(proc.returncode, proc.stdout, proc.stderr, wall, {"validations": found}, ok)
+
+
+def run_remote_basic_check(remote_url: str, *, num_keys: int = 5, prefix: Sequence[str] = (),
+                           env: Mapping[str, str] | None = None,
+                           timeout: float = DEFAULT_TIMEOUT) -> ToolResult:
+    """`python -m lmcache.v1.basic_check --mode test_remote` against a non-MP remote URL (config via
+    LMCACHE_* env, local CPU tier off): exists (absent), put, exists, get + content check.
+    metrics['validations'] as in run_l2_basic_check; metrics['ms'] = {operation: avg ms} from its
+    table (e.g. 'GET': 0.6)."""
+    extra = {"LMCACHE_REMOTE_URL": remote_url, "LMCACHE_CHUNK_SIZE": "256",
+             "LMCACHE_LOCAL_CPU": "False", "LMCACHE_MAX_LOCAL_CPU_SIZE": "1",
+             "LMCACHE_REMOTE_SERDE": "naive", **(env or {})}
+    proc, wall = _run_tool([PYTHON, "-m", "lmcache.v1.basic_check", "--mode", "test_remote",
+                            "--num-keys", str(num_keys)], prefix=prefix, env=extra, timeout=timeout)
+    found = _validations(proc.stdout)
+    timings = {m.group(1).strip(): float(m.group(2)) for m in _TABLE_ROW.finditer(proc.stdout)}
+    ok = proc.returncode == 0 and _all_validations_pass(found)
+    return ToolResult(proc.returncode, proc.stdout, proc.stderr, wall,
+                      {"validations": found, "ms": timings}, ok)
 
 
 _LOOKUP = re.compile(r"\[seq (\d+)/(cold|warm)\] LOOKUP: (\d+)/(\d+) chunks hit")
@@ -524,6 +555,6 @@ def servers(*items: Background) -> Iterator[tuple[Background, ...]]:
 __all__ = [
     "Background", "EngineJob", "EngineResult", "MPServer", "Model", "RedisServer", "StockLMServer",
     "ToolResult", "engine_config", "free_port", "lmcache_available", "lmcache_env", "require_lmcache",
-    "run_engine", "run_l2_basic_check", "run_l2_bench", "run_server_bench", "servers",
+    "run_engine", "run_l2_basic_check", "run_l2_bench", "run_remote_basic_check", "run_server_bench", "servers",
     "store_and_retrieve",
 ]
