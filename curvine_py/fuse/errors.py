@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pyfuse3
 
-from curvine_py.core.errors import CurvineError
+from curvine_py.core.errors import CurvineError, StaleEpoch
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +33,12 @@ _FUSE_ERRNO: dict[int, int] = {
     E.ECONNRESET: E.EIO,
     E.EPIPE: E.EIO,
     E.EPROTO: E.EIO,
-    E.ESTALE: E.EIO,          # a stale membership epoch that could not be refreshed
 }
 
 # Errnos that are ordinary answers (ENOENT from a lookup...) are logged at debug level only.
 _QUIET = {E.ENOENT, E.EEXIST, E.ENOTEMPTY, E.ENOTDIR, E.EISDIR, E.ENODATA, E.EACCES, E.EPERM,
-          E.EINVAL, E.ENAMETOOLONG, E.ERANGE, E.E2BIG, E.EOPNOTSUPP, E.EILSEQ, E.EXDEV, E.EROFS}
+          E.EINVAL, E.ENAMETOOLONG, E.ERANGE, E.E2BIG, E.EOPNOTSUPP, E.EILSEQ, E.EXDEV, E.EROFS,
+          E.ESTALE}
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -64,7 +64,9 @@ def boundary(func: F) -> F:
         except pyfuse3.FUSEError:
             raise
         except CurvineError as exc:
-            code = fuse_errno(exc.errno)
+            # A membership epoch that could not be refreshed is the cluster's business (EIO);
+            # ESTALE to the kernel means "this inode is gone" (filesystem.StaleHandle).
+            code = E.EIO if isinstance(exc, StaleEpoch) else fuse_errno(exc.errno)
             if code in _QUIET:
                 log.debug("%s: %s (%s)", name, exc, E.errorcode.get(code, code))
             else:

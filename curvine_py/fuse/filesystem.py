@@ -25,8 +25,9 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from curvine_py.client import CurvineClient
 from curvine_py.client.files import CurvineFile
@@ -52,6 +53,8 @@ from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 READDIR_PAGE = 512           # entries fetched from the master per ReadDir call
 RENAME_NOREPLACE = 1         # renameat2 flags, same values on the wire (master.proto)
 RENAME_EXCHANGE = 2
@@ -65,6 +68,14 @@ _KIND_BY_IFMT = {
 
 class ReadOnly(CurvineError):
     errno = errno.EROFS
+
+
+class StaleHandle(CurvineError):
+    """The inode the kernel names is gone (replaced or removed on another node). ESTALE makes the
+    VFS redo the path lookup once (LOOKUP_REVAL) for open/stat, which finds the new inode: the
+    NFS mechanism, so a name replaced elsewhere never looks missing for the entry timeout."""
+
+    errno = errno.ESTALE
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +118,23 @@ class Filesystem:
         self.buffers = ReplyBuffers()
 
     # -- helpers -----------------------------------------------------------------------------
-    async def _call(self, fn: object, *args: object) -> object:
-        return await self.offload.control_call(fn, *args)  # type: ignore[arg-type]
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """A control call addressed by (parent, name): NotFound means the name (ENOENT)."""
+        return await self.offload.control_call(fn, *args)
+
+    async def _icall(self, fn: Callable[..., T], *args: Any) -> T:
+        """A control call addressed by inode: NotFound means the kernel's inode is stale."""
+        try:
+            return await self.offload.control_call(fn, *args)
+        except NotFound as exc:
+            raise StaleHandle(str(exc)) from None
+
+    async def _data(self, fn: Callable[..., T], *args: Any) -> T:
+        """A data call on an open file (may touch master and workers)."""
+        try:
+            return await self.offload.data_call(fn, *args)
+        except NotFound as exc:
+            raise StaleHandle(str(exc)) from None
 
     def _writable(self) -> None:
         if self.read_only:
@@ -131,18 +157,18 @@ class Filesystem:
     async def lookup(self, parent: int, name: str) -> cpb.Attr:
         if name == ".." and parent == self.root:
             return self._note(await self.master_getattr(parent))
-        attr: cpb.Attr = await self._call(self.master.lookup, parent, name)  # type: ignore[assignment]
+        attr: cpb.Attr = await self._call(self.master.lookup, parent, name)
         return self._note(attr)
 
     async def master_getattr(self, ino: int) -> cpb.Attr:
-        attr: cpb.Attr = await self._call(self.master.getattr, ino)  # type: ignore[assignment]
+        attr: cpb.Attr = await self._icall(self.master.getattr, ino)
         return attr
 
     async def getattr(self, ino: int) -> cpb.Attr:
         return self._note(await self.master_getattr(ino))
 
     async def readlink(self, ino: int) -> str:
-        target: str = await self._call(self.master.readlink, ino)  # type: ignore[assignment]
+        target: str = await self._icall(self.master.readlink, ino)
         return target
 
     async def make(self, parent: int, name: str, kind: int, mode: int, uid: int, gid: int, *,
@@ -152,19 +178,19 @@ class Filesystem:
         request = pb.CreateRequest(parent=parent, name=name, type=kind, mode=mode & 0o7777,
                                    caller=pb.Caller(uid=uid, gid=gid), rdev=rdev, symlink_target=target,
                                    exclusive=True)
-        attr: cpb.Attr = await self._call(self.master.create, request)  # type: ignore[assignment]
+        attr: cpb.Attr = await self._call(self.master.create, request)
         return attr
 
     async def link(self, ino: int, new_parent: int, new_name: str) -> cpb.Attr:
         self._writable()
-        attr: cpb.Attr = await self._call(self.master.link, ino, new_parent, new_name)  # type: ignore[assignment]
+        attr: cpb.Attr = await self._icall(self.master.link, ino, new_parent, new_name)
         return self._note(attr)
 
     async def unlink(self, parent: int, name: str) -> None:
         self._writable()
         # Ask for an orphan only when something is open here: the common case stays one call.
         keep = bool(self.handles.open_files)
-        reply: pb.UnlinkReply = await self._call(self.master_unlink, parent, name, False, keep)  # type: ignore[assignment]
+        reply: pb.UnlinkReply = await self._call(self.master_unlink, parent, name, False, keep)
         self._unlinked(reply.ino, reply.nlink, kept=keep)
 
     def master_unlink(self, parent: int, name: str, directory: bool, keep: bool) -> pb.UnlinkReply:
@@ -195,8 +221,7 @@ class Filesystem:
         self._writable()
         if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE):
             raise InvalidArgument(f"unsupported rename flags {flags:#x}")
-        reply: pb.RenameReply = await self._call(self.master.rename, parent, name, new_parent, new_name,
-                                                 flags)  # type: ignore[assignment]
+        reply = await self._call(self.master.rename, parent, name, new_parent, new_name, flags)
         if reply.replaced_ino and reply.replaced_nlink == 0:
             opened = self.handles.open_files.get(reply.replaced_ino)
             if opened is not None:
@@ -233,12 +258,12 @@ class Filesystem:
                 request.mode = kill_suid_sgid(current[1])
         opened = self.handles.open_files.get(ino)
         if opened is None:
-            attr: cpb.Attr = await self._call(self.master.setattr, request)  # type: ignore[assignment]
+            attr: cpb.Attr = await self._icall(self.master.setattr, request)
             return self._note(attr)
         if changes.mtime_ns is not None and opened.file.dirty:
             # An explicit mtime (cp -p, tar, rsync -t) must not be overwritten by a later commit.
-            await self.offload.data_call(opened.file.commit)
-        attr = await self.offload.data_call(opened.file.setattr, request)
+            await self._data(opened.file.commit)
+        attr = await self._data(opened.file.setattr, request)
         return self._note(attr)
 
     async def _current_mode(self, ino: int) -> tuple[int, int] | None:
@@ -252,7 +277,7 @@ class Filesystem:
         request = pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=mode & 0o7777,
                                    caller=pb.Caller(uid=uid, gid=gid), exclusive=bool(flags & os.O_EXCL),
                                    truncate=bool(flags & os.O_TRUNC))
-        attr: cpb.Attr = await self._call(self.master.create, request)  # type: ignore[assignment]
+        attr: cpb.Attr = await self._call(self.master.create, request)
         # A file of size 0 has no blocks: skip GetBlocks (one round trip less per create).
         known = pb.BlocksReply(attr=attr) if attr.size == 0 else None
         handle = await self._open_attr(attr, flags, uid, known)
@@ -270,9 +295,9 @@ class Filesystem:
                     request.mode = kill_suid_sgid(current[1])
             opened = self.handles.open_files.get(ino)
             if opened is not None:
-                await self.offload.data_call(opened.file.setattr, request)
+                await self._data(opened.file.setattr, request)
             else:
-                await self._call(self.master.setattr, request)
+                await self._icall(self.master.setattr, request)
         return await self._open_attr(cpb.Attr(ino=ino), flags, uid, None)
 
     async def _open_attr(self, attr: cpb.Attr, flags: int, uid: int, known: pb.BlocksReply | None) -> FileHandle:
@@ -281,12 +306,12 @@ class Filesystem:
         if opened is not None:
             opened.handles += 1     # claimed before the await: a concurrent release keeps it
             try:
-                await self.offload.data_call(opened.file.refresh)   # close-to-open on re-open
+                await self._data(opened.file.refresh)   # close-to-open on re-open
             except BaseException:
                 opened.handles -= 1
                 raise
         else:
-            file = await self.offload.data_call(self._new_file, attr, known)
+            file = await self._data(self._new_file, attr, known)
             opened = self.handles.open_files.get(ino)   # another open may have won meanwhile
             if opened is None:
                 opened = self.handles.open_files[ino] = OpenFile(ino, file, self._mode_of(file))
@@ -311,7 +336,7 @@ class Filesystem:
     async def read(self, fh: int, offset: int, size: int) -> memoryview:
         opened = self._handle(fh).open
         buffer = self.buffers.acquire(size)
-        n = await self.offload.data_call(opened.file.pread_into, offset, buffer[:size])
+        n = await self._data(opened.file.pread_into, offset, buffer[:size])
         self.buffers.defer(buffer)   # no await from here to the reply (readbuf.py)
         return buffer[:n]
 
@@ -320,14 +345,14 @@ class Filesystem:
         opened = handle.open
         if handle.uid != 0 and needs_kill(opened.mode):
             request = pb.SetAttrRequest(ino=opened.ino, mode=kill_suid_sgid(opened.mode))
-            attr: cpb.Attr = await self._call(self.master.setattr, request)  # type: ignore[assignment]
+            attr: cpb.Attr = await self._icall(self.master.setattr, request)
             opened.mode = attr.mode
-        n: int = await self.offload.data_call(opened.file.pwrite, offset, data)
+        n: int = await self._data(opened.file.pwrite, offset, data)
         opened.last_write_ns = time.time_ns()
         return n
 
     async def flush(self, fh: int) -> None:
-        await self.offload.data_call(self._handle(fh).open.file.commit)
+        await self._data(self._handle(fh).open.file.commit)
 
     async def fsync(self, fh: int) -> None:
         await self.flush(fh)
@@ -341,7 +366,7 @@ class Filesystem:
         if opened.handles > 0:
             return
         try:
-            await self.offload.data_call(opened.file.commit)
+            await self._data(opened.file.commit)
         except CurvineError as exc:
             # close(2) already got flush's answer; this only catches writes after the last flush
             # (mmap write-back), so say it loudly.
@@ -361,7 +386,7 @@ class Filesystem:
         for opened in list(self.handles.open_files.values()):
             if opened.file.dirty:
                 try:
-                    await self.offload.data_call(opened.file.commit)
+                    await self._data(opened.file.commit)
                 except CurvineError as exc:
                     log.error("commit of inode %d at shutdown failed: %s", opened.ino, exc)
 
@@ -406,8 +431,7 @@ class Filesystem:
             position = -1
         if position is not None and (position + 1 < len(handle.page) or not handle.page_more):
             return handle.page[position + 1:]   # type: ignore[return-value]
-        reply: pb.ReadDirReply = await self._call(self.master.readdir, handle.ino, after,
-                                                  READDIR_PAGE)  # type: ignore[assignment]
+        reply = await self._icall(self.master.readdir, handle.ino, after, READDIR_PAGE)
         handle.page_after, handle.page, handle.page_more = after, list(reply.entries), reply.more
         handle.page_index = {entry.name: i for i, entry in enumerate(reply.entries)}
         return list(reply.entries)
@@ -422,23 +446,23 @@ class Filesystem:
 
     # -- xattrs, statfs ----------------------------------------------------------------------
     async def getxattr(self, ino: int, name: str) -> bytes:
-        value: bytes = await self._call(self.master.getxattr, ino, name)  # type: ignore[assignment]
+        value: bytes = await self._icall(self.master.getxattr, ino, name)
         return value
 
     async def setxattr(self, ino: int, name: str, value: bytes) -> None:
         self._writable()
-        await self._call(self.master.setxattr, ino, name, value, 0)
+        await self._icall(self.master.setxattr, ino, name, value, 0)
 
     async def listxattr(self, ino: int) -> list[str]:
-        names: list[str] = await self._call(self.master.listxattr, ino)  # type: ignore[assignment]
+        names: list[str] = await self._icall(self.master.listxattr, ino)
         return names
 
     async def removexattr(self, ino: int, name: str) -> None:
         self._writable()
-        await self._call(self.master.removexattr, ino, name)
+        await self._icall(self.master.removexattr, ino, name)
 
     async def statfs(self) -> pb.StatFsReply:
-        reply: pb.StatFsReply = await self._call(self.master.statfs)  # type: ignore[assignment]
+        reply: pb.StatFsReply = await self._call(self.master.statfs)
         return reply
 
 

@@ -1,0 +1,135 @@
+"""Two nodes: two mounts of one cluster, each mount process in its own network namespace
+(tests/netns.py; the cluster listens on the bridge address, so all traffic crosses veth links).
+The mounts stay in this mount namespace (`nsenter --net` only), so the test reads both.
+
+Close-to-open: a file closed on A is seen whole on B at its next open; renames and unlinks are
+seen; LMCache's fs:// pattern (write x.tmp, os.replace to x) never shows partial content on B; a
+name created on A is found by stat on B at once (no negative caching).
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import random
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fuse.mounts import Mount
+from tests.harness import Cluster, random_bytes, wait_until
+from tests.netns import network_namespaces
+
+TOKEN = "two-node-test-token"
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mount, Mount, Cluster]]:
+    root = tmp_path_factory.mktemp("two-nodes")
+    with network_namespaces(2) as lab:
+        host = ["--host", lab.root_address]
+        with Cluster(root / "cluster", workers=2, token=TOKEN, master_args=host, worker_args=host) as cluster:
+            mounts = [Mount(cluster.master_address, root / f"mnt-{i}", token=TOKEN,
+                            prefix=["nsenter", f"--net=/run/netns/{ns.name}"], args=["--node", f"host{i}"])
+                      for i, ns in enumerate(lab)]
+            with mounts[0], mounts[1]:
+                yield mounts[0], mounts[1], cluster
+
+
+def test_close_to_open(nodes: tuple[Mount, Mount, Cluster]) -> None:
+    a, b, _ = nodes
+    v1, v2 = random_bytes(3 * MiB + 17, seed=1), random_bytes(5 * MiB + 3, seed=2)
+    (a.path / "c2o").write_bytes(v1)
+    assert (b.path / "c2o").read_bytes() == v1
+    with open(a.path / "c2o", "r+b") as writer:
+        writer.write(v2)
+        writer.flush()
+        assert (b.path / "c2o").read_bytes() == v1, "uncommitted writes on A are not visible on B"
+    assert (b.path / "c2o").read_bytes() == v2, "seen whole on B at the next open after A closed"
+    with open(a.path / "c2o", "wb") as writer:
+        writer.write(b"short")
+    assert (b.path / "c2o").read_bytes() == b"short"
+
+
+def test_rename_and_unlink_are_seen(nodes: tuple[Mount, Mount, Cluster]) -> None:
+    a, b, _ = nodes
+    (a.path / "moving").write_bytes(b"m")
+    assert (b.path / "moving").read_bytes() == b"m"
+    os.rename(a.path / "moving", a.path / "moved")
+    wait_until(lambda: not (b.path / "moving").exists(), 3, "old name gone on B (entry timeout 1 s)")
+    assert (b.path / "moved").read_bytes() == b"m"
+    os.unlink(a.path / "moved")
+    wait_until(lambda: not (b.path / "moved").exists(), 3, "unlinked name gone on B")
+    (a.path / "dir").mkdir()
+    (a.path / "dir" / "f").write_bytes(b"")
+    assert os.listdir(b.path / "dir") == ["f"]
+    os.unlink(a.path / "dir" / "f")
+    assert os.listdir(b.path / "dir") == []
+
+
+def test_stat_of_a_name_created_on_a_succeeds_on_b_at_once(nodes: tuple[Mount, Mount, Cluster]) -> None:
+    a, b, _ = nodes
+    (a.path / "poll").mkdir()
+    for i in range(20):
+        name = f"chunk-{i}.pt"
+        with pytest.raises(FileNotFoundError):
+            os.stat(b.path / "poll" / name)     # LMCache polls before the object exists
+        (a.path / "poll" / name).write_bytes(b"kv")
+        assert os.stat(b.path / "poll" / name).st_size == 2, "no negative entry was cached on B"
+
+
+def _payload(seed: int) -> bytes:
+    size = random.Random(seed).randrange(64 * 1024, 3 * MiB)
+    body = random_bytes(size, seed=seed)
+    return struct.pack("<QQ", seed, size) + hashlib.sha256(body).digest() + body
+
+
+def _check(data: bytes) -> int:
+    """The seed of a complete payload; raises AssertionError on anything partial or mixed."""
+    assert len(data) >= 48, f"partial: {len(data)} bytes"
+    seed, size = struct.unpack_from("<QQ", data)
+    assert len(data) == 48 + size, f"partial: {len(data)} of {48 + size} bytes (seed {seed})"
+    assert hashlib.sha256(data[48:]).digest() == data[16:48], f"mixed content (seed {seed})"
+    return int(seed)
+
+
+def test_lmcache_pattern_never_shows_partial_content(nodes: tuple[Mount, Mount, Cluster]) -> None:
+    a, b, _ = nodes
+    (a.path / "kv").mkdir()
+    final_a, final_b = a.path / "kv" / "chunk.pt", b.path / "kv" / "chunk.pt"
+    seen: list[int] = []
+    misses: list[int] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            try:
+                data = final_b.read_bytes()
+            except FileNotFoundError:
+                misses.append(errno.ENOENT)
+                continue
+            except OSError as exc:   # the version being read was replaced and freed meanwhile
+                misses.append(exc.errno or -1)
+                continue
+            seen.append(_check(data))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for seed in range(1, 31):
+            tmp = a.path / "kv" / f"chunk.pt.tmp{seed}"
+            tmp.write_bytes(_payload(seed))
+            os.replace(tmp, final_a)
+            time.sleep(0.05)
+    finally:
+        done.set()
+        thread.join(60)
+    print(f"reader: {len(seen)} whole versions, misses {misses}")
+    assert _check(final_b.read_bytes()) == 30
+    assert len(seen) >= 10, f"reader saw too few versions ({len(seen)}; misses {misses[:20]})"
+    assert seen == sorted(seen), "versions appear in order"
+    assert set(misses) <= {errno.ENOENT, errno.EIO, errno.ESTALE}, misses
