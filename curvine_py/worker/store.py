@@ -618,19 +618,21 @@ class Store:
             self.dirs[entry.dir_index].reserved -= entry.size
 
     def _publish(self, entry: Entry, tmp_path: str, final_path: str) -> bool:
-        shard = os.path.dirname(final_path)
-        if shard not in self._made_shards:
-            os.makedirs(shard, exist_ok=True)
-            self._made_shards.add(shard)
+        """Renames the temp file into place (lock held, so a concurrent re-put or eviction of the
+        same name cannot interleave). Whatever happens, the reservation is released and no temp
+        file is left behind."""
         with self.lock:
             self.dirs[entry.dir_index].reserved -= entry.size
-            existing = self._inventory.get(entry.name)
-            if existing is not None and entry.kind == layout.KIND_OBJECT \
-                    and not existing.expired(self.clock()):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp_path)
-                return False
             try:
+                existing = self._inventory.get(entry.name)
+                if existing is not None and entry.kind == layout.KIND_OBJECT \
+                        and not existing.expired(self.clock()):
+                    os.unlink(tmp_path)
+                    return False
+                shard = os.path.dirname(final_path)
+                if shard not in self._made_shards:
+                    os.makedirs(shard, exist_ok=True)
+                    self._made_shards.add(shard)
                 os.rename(tmp_path, final_path)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):

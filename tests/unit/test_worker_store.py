@@ -278,3 +278,14 @@ def test_fallocate_enospc_evicts_cache_data_and_retries(tmp_path: pathlib.Path,
         assert len(calls) == 2
         assert read_all(store, "cache") is None and read_all(store, "durable") is not None
         assert read_all(store, "new") == b"n" * 1000
+
+
+def test_a_failed_publish_leaves_nothing(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Store([(str(tmp_path / "d"), 0)]) as store:
+        def broken(src: str, dst: str) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+        monkeypatch.setattr(os, "rename", broken)
+        with pytest.raises(OSError):
+            store.put_object("k", b"x" * 100)
+        assert os.listdir(tmp_path / "d" / "tmp") == [] and store.dirs[0].reserved == 0
+        assert store.stats().objects == 0
