@@ -44,6 +44,20 @@ class _DirtyBlock:
         self.length = length      # bytes of the block that are meaningful (high-water mark)
 
 
+class _CleanBlock:
+    """A block this handle committed itself, kept in memory: its bytes equal the stored block's,
+    so reads and the next copy-on-write take them from here instead of from a worker."""
+    __slots__ = ("block_id", "buffer", "length")
+
+    def __init__(self, block_id: int, buffer: memoryview, length: int) -> None:
+        self.block_id = block_id
+        self.buffer = buffer      # block_size bytes; zero beyond `length`
+        self.length = length
+
+
+MAX_CLEAN_BYTES = 32 << 20   # per open file: written blocks kept for re-reads and rewrites
+
+
 class BlockStore:
     """Reads and writes whole blocks on workers for files (shared by every open file)."""
 
@@ -125,6 +139,7 @@ class CurvineFile(io.RawIOBase):
         self._on_close = on_close
         self._lock = threading.RLock()
         self._dirty: dict[int, _DirtyBlock] = {}
+        self._clean: dict[int, _CleanBlock] = {}
         self._size_dirty = False
         self._uncommitted: list[pb.BlockInfo] = []   # written to workers, not yet committed
         self._position = 0
@@ -135,6 +150,9 @@ class CurvineFile(io.RawIOBase):
         self.size = reply.attr.size
         self.block_size = reply.attr.block_size or reply.policy.block_size or DEFAULT_BLOCK_SIZE
         self._blocks = {b.index: b for b in reply.blocks}
+        if self._clean:      # keep only what still is the file's content
+            self._clean = {i: c for i, c in self._clean.items()
+                           if i in self._blocks and self._blocks[i].block_id == c.block_id}
 
     @property
     def dirty(self) -> bool:
@@ -195,6 +213,7 @@ class CurvineFile(io.RawIOBase):
         finally:
             super().close()
             self._dirty.clear()
+            self._clean.clear()
             if self._on_close:
                 self._on_close()
 
@@ -212,10 +231,11 @@ class CurvineFile(io.RawIOBase):
             for extent in layout.extents(offset, length, self.block_size):
                 target = out[extent.buffer_offset:extent.buffer_offset + extent.length]
                 dirty = self._dirty.get(extent.index)
+                block = self._blocks.get(extent.index)
                 if dirty is not None:
                     target[:] = dirty.buffer[extent.block_offset:extent.block_offset + len(target)]
-                else:
-                    stored.append((self._blocks.get(extent.index), extent.block_offset, target))
+                elif not self._from_clean(block, extent.block_offset, target):
+                    stored.append((block, extent.block_offset, target))
         for block, inner, target in stored:
             self._read_stored(block, inner, target)
         return length
@@ -225,7 +245,20 @@ class CurvineFile(io.RawIOBase):
         if dirty is not None:
             target[:] = dirty.buffer[inner:inner + len(target)]
             return
-        self._read_stored(self._blocks.get(index), inner, target)
+        block = self._blocks.get(index)
+        if not self._from_clean(block, inner, target):
+            self._read_stored(block, inner, target)
+
+    def _from_clean(self, block: pb.BlockInfo | None, inner: int, target: memoryview) -> bool:
+        """Copies from a kept committed block (call under the lock); False if there is none."""
+        clean = self._clean.get(block.index) if block is not None else None
+        if clean is None or block is None or clean.block_id != block.block_id:
+            return False
+        stored = min(len(target), max(0, block.length - inner))
+        target[:stored] = clean.buffer[inner:inner + stored]
+        if stored < len(target):
+            target[stored:] = bytes(len(target) - stored)
+        return True
 
     def _read_stored(self, block: pb.BlockInfo | None, inner: int, target: memoryview) -> None:
         stored = min(len(target), max(0, (block.length if block else 0) - inner))
@@ -251,17 +284,68 @@ class CurvineFile(io.RawIOBase):
             raise InvalidArgument("file not open for writing")
         source = memoryview(data).cast("B")
         with self._lock:
-            for extent in layout.extents(offset, len(source), self.block_size):
-                dirty = self._dirty_block(extent.index)
-                end = extent.block_offset + extent.length
-                dirty.buffer[extent.block_offset:end] = source[extent.buffer_offset:extent.buffer_offset
-                                                               + extent.length]
-                dirty.length = max(dirty.length, end)
-            if offset + len(source) > self.size:
-                self.size = offset + len(source)
-                self._size_dirty = True
+            self._pwrite_locked(offset, source)
             self._write_full_blocks()
             return len(source)
+
+    def _pwrite_locked(self, offset: int, source: memoryview) -> None:
+        for extent in layout.extents(offset, len(source), self.block_size):
+            dirty = self._dirty_block(extent.index)
+            end = extent.block_offset + extent.length
+            dirty.buffer[extent.block_offset:end] = source[extent.buffer_offset:extent.buffer_offset
+                                                           + extent.length]
+            dirty.length = max(dirty.length, end)
+        if offset + len(source) > self.size:
+            self.size = offset + len(source)
+            self._size_dirty = True
+
+    # -- without blocking (callers on an event loop: FUSE) -----------------------------------
+    def try_pread_into(self, offset: int, out: memoryview) -> int | None:
+        """pread_into when every byte is in memory (uncommitted writes, blocks this handle
+        committed, holes, past the end); None when a worker would have to be asked, or another
+        thread holds the file. Never blocks: lets an event loop skip a thread hop."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            length = max(0, min(len(out), self.size - offset))
+            pieces = list(layout.extents(offset, length, self.block_size))
+            for extent in pieces:
+                if not self._in_memory(extent.index):
+                    return None
+            for extent in pieces:
+                target = out[extent.buffer_offset:extent.buffer_offset + extent.length]
+                self._read_extent(extent.index, extent.block_offset, target)
+            return length
+        finally:
+            self._lock.release()
+
+    def try_pwrite(self, offset: int, data: bytes | bytearray | memoryview) -> int | None:
+        """pwrite when it needs no worker: every touched block is already dirty, kept in memory
+        or new, and none becomes full (a full block is sent at once). None otherwise."""
+        if not self._writable or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            source = memoryview(data).cast("B")
+            for extent in layout.extents(offset, len(source), self.block_size):
+                dirty = self._dirty.get(extent.index)
+                if dirty is None and not self._in_memory(extent.index):
+                    return None
+                high = max(dirty.length if dirty else 0, extent.block_offset + extent.length)
+                if high == self.block_size:
+                    return None
+            self._pwrite_locked(offset, source)
+            return len(source)
+        finally:
+            self._lock.release()
+
+    def _in_memory(self, index: int) -> bool:
+        if index in self._dirty:
+            return True
+        block = self._blocks.get(index)
+        if block is None or block.length == 0:
+            return True      # a hole (or past the end): zeros
+        clean = self._clean.get(index)
+        return clean is not None and clean.block_id == block.block_id
 
     def _write_full_blocks(self) -> None:
         """Sends completely written blocks right away (a 1 GiB sequential write holds one block
@@ -271,12 +355,21 @@ class CurvineFile(io.RawIOBase):
             block = self._store.write(self.ino, index, dirty.buffer, self._node)
             self._blocks[index] = block
             self._uncommitted.append(block)
+            self._keep(index, block, dirty)
 
     def _dirty_block(self, index: int) -> _DirtyBlock:
         dirty = self._dirty.get(index)
         if dirty is None:
-            buffer = aligned(self.block_size)
             block = self._blocks.get(index)
+            clean = self._clean.pop(index, None)
+            if clean is not None and block is not None and clean.block_id == block.block_id:
+                # copy-on-write from memory: the kept buffer becomes the dirty one
+                length = max(0, min(block.length, self.size - index * self.block_size))
+                if clean.length > length:
+                    clean.buffer[length:clean.length] = bytes(clean.length - length)
+                dirty = self._dirty[index] = _DirtyBlock(clean.buffer, length)
+                return dirty
+            buffer = aligned(self.block_size)
             length = 0
             if block is not None and block.length:
                 # copy-on-write: the new block starts as the old one's content
@@ -303,8 +396,44 @@ class CurvineFile(io.RawIOBase):
                 self.commit()
             attr = self._store.master.setattr(request)
             if request.HasField("size"):
-                self._reload(self._store.master.get_blocks(self.ino))
+                self._truncated(attr)
             return attr
+
+    def _keep_clean(self, latest: dict[int, pb.BlockInfo]) -> None:
+        """After a commit, the dirty buffers hold exactly the new blocks: keep some of them."""
+        for index, dirty in self._dirty.items():
+            block = latest.get(index)
+            if block is not None:
+                self._keep(index, block, dirty)
+
+    def _keep(self, index: int, block: pb.BlockInfo, dirty: _DirtyBlock) -> None:
+        """Keeps a just-written block's buffer (oldest dropped first past MAX_CLEAN_BYTES; a
+        sequential writer of big blocks keeps nothing, so its memory stays one block)."""
+        if block.length > MAX_CLEAN_BYTES:
+            return
+        if dirty.length > block.length:      # bytes past the committed end must read as zeros
+            dirty.buffer[block.length:dirty.length] = bytes(dirty.length - block.length)
+        self._clean.pop(index, None)
+        self._clean[index] = _CleanBlock(block.block_id, dirty.buffer, block.length)
+        while sum(c.length for c in self._clean.values()) > MAX_CLEAN_BYTES:
+            del self._clean[next(iter(self._clean))]
+
+    def _truncated(self, attr: cpb.Attr) -> None:
+        """The block map after a committed truncate, derived locally as the master derives it
+        (blocks past the end dropped, a straddling block shortened): no GetBlocks round trip."""
+        self.attr = attr
+        self.size = attr.size
+        first_gone = -(-attr.size // self.block_size)
+        for index in [i for i in self._blocks if i >= first_gone]:
+            del self._blocks[index]
+            self._clean.pop(index, None)
+        tail = attr.size % self.block_size
+        last = self._blocks.get(attr.size // self.block_size)
+        if tail and last is not None and last.length > tail:
+            shortened = pb.BlockInfo()
+            shortened.CopyFrom(last)
+            shortened.length, shortened.checksum = tail, 0
+            self._blocks[last.index] = shortened
 
     def commit(self) -> None:
         """Writes dirty blocks and publishes size + block map at the master (close/fsync)."""
@@ -320,7 +449,9 @@ class CurvineFile(io.RawIOBase):
             attr = self._store.master.commit(self.ino, self.size, written)
             for block in written:
                 self._blocks[block.index] = block
+            self._keep_clean(latest)
             self._dirty.clear()
             self._uncommitted.clear()
             self._size_dirty = False
             self.size = attr.size
+            self.attr = attr

@@ -55,7 +55,7 @@ def entry_attributes(attr: cpb.Attr, inodes: InodeMap, timeouts: Timeouts, *,
     entry.st_blksize = BLKSIZE
     entry.st_blocks = -(-entry.st_size // 512)
     entry.st_atime_ns = attr.atime_ns
-    entry.st_mtime_ns = attr.mtime_ns if mtime_ns is None else max(mtime_ns, attr.mtime_ns)
+    entry.st_mtime_ns = attr.mtime_ns if mtime_ns is None else mtime_ns
     entry.st_ctime_ns = attr.ctime_ns if mtime_ns is None else max(mtime_ns, attr.ctime_ns)
     return entry
 

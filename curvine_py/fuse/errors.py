@@ -13,6 +13,7 @@ import errno as E
 import functools
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -21,6 +22,7 @@ import pyfuse3
 from curvine_py.core.errors import CurvineError, StaleEpoch
 
 log = logging.getLogger(__name__)
+trace = logging.getLogger("curvine_py.fuse.trace")   # one line per request with its duration (debug)
 
 FAIL_FAST_ENV = "CURVINE_FUSE_FAIL_FAST"
 
@@ -59,6 +61,7 @@ def boundary(func: F) -> F:
 
     @functools.wraps(func)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
         try:
             return await func(*args, **kwargs)
         except pyfuse3.FUSEError:
@@ -81,5 +84,8 @@ def boundary(func: F) -> F:
             if fail_fast():
                 raise
             raise pyfuse3.FUSEError(E.EIO) from None
+        finally:
+            if trace.isEnabledFor(logging.DEBUG):
+                trace.debug("%s %.0f us", name, (time.perf_counter() - started) * 1e6)
 
     return wrapper  # type: ignore[return-value]

@@ -35,12 +35,14 @@ from curvine_py.core.errors import (
     CurvineError,
     InvalidArgument,
     IsADirectory,
+    NoData,
     NotFound,
     NotPermitted,
 )
 from curvine_py.fuse.offload import Offload
 from curvine_py.fuse.readbuf import ReplyBuffers
 from curvine_py.fuse.state import (
+    AttrCache,
     DirHandle,
     FileHandle,
     Handles,
@@ -58,6 +60,7 @@ T = TypeVar("T")
 READDIR_PAGE = 512           # entries fetched from the master per ReadDir call
 RENAME_NOREPLACE = 1         # renameat2 flags, same values on the wire (master.proto)
 RENAME_EXCHANGE = 2
+CAPABILITY = "security.capability"
 
 _KIND_BY_IFMT = {
     stat.S_IFREG: cpb.REGULAR, stat.S_IFDIR: cpb.DIRECTORY, stat.S_IFLNK: cpb.SYMLINK,
@@ -107,7 +110,7 @@ def kind_of(mode: int) -> int:
 
 class Filesystem:
     def __init__(self, client: CurvineClient, offload: Offload, *, root: int, node: str,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, attr_ttl: float = 0.0) -> None:
         self.client = client
         self.master = client.master
         self.offload = offload
@@ -116,6 +119,10 @@ class Filesystem:
         self.read_only = read_only
         self.handles = Handles()
         self.buffers = ReplyBuffers()
+        self.attrs = AttrCache(attr_ttl)
+        # security.capability is asked for before every write (the kernel's killpriv check):
+        # its answers are cached like attributes. ino -> (expiry, value or None).
+        self._capability: dict[int, tuple[float, bytes | None]] = {}
 
     # -- helpers -----------------------------------------------------------------------------
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -141,17 +148,39 @@ class Filesystem:
             raise ReadOnly("read-only mount")
 
     def overlay(self, attr: cpb.Attr) -> tuple[int | None, int | None]:
-        """(size, mtime_ns) to show instead of the master's for a file with uncommitted writes."""
+        """(size, mtime_ns) to show instead of the master's, for a file open here.
+
+        With uncommitted writes: the local size and the time of the last write. After our own
+        commit: still that time instead of the commit's. The kernel drops its page cache when it
+        sees the mtime change (auto_inval_data, how it notices other nodes' writes); our own commit
+        must not look like one, or every fsync/msync would cost a re-read of the file."""
         opened = self.handles.open_files.get(attr.ino)
-        if opened is None or not opened.file.dirty:
+        if opened is None:
             return None, None
-        return opened.file.size, opened.last_write_ns or None
+        if opened.file.dirty:
+            return opened.file.size, opened.last_write_ns or None
+        if opened.last_write_ns and attr.mtime_ns == opened.committed_mtime:
+            return None, opened.last_write_ns
+        return None, None
+
+    async def _commit(self, opened: OpenFile) -> None:
+        if not opened.file.dirty:
+            return
+        self.attrs.drop(opened.ino)
+        await self._data(opened.file.commit)
+        opened.committed_mtime = opened.file.attr.mtime_ns
+        self._note(opened.file.attr)
 
     def _note(self, attr: cpb.Attr) -> cpb.Attr:
+        """Every attribute reply passes here: open files learn the mode, the cache the rest."""
         opened = self.handles.open_files.get(attr.ino)
         if opened is not None:
             opened.mode = attr.mode
+        self.attrs.put(attr)
         return attr
+
+    def _touch(self, directory: int) -> None:
+        self.attrs.touch(directory, time.time_ns())
 
     # -- names -------------------------------------------------------------------------------
     async def lookup(self, parent: int, name: str) -> cpb.Attr:
@@ -165,6 +194,9 @@ class Filesystem:
         return attr
 
     async def getattr(self, ino: int) -> cpb.Attr:
+        cached = self.attrs.get(ino)
+        if cached is not None:
+            return cached
         return self._note(await self.master_getattr(ino))
 
     async def readlink(self, ino: int) -> str:
@@ -179,11 +211,16 @@ class Filesystem:
                                    caller=pb.Caller(uid=uid, gid=gid), rdev=rdev, symlink_target=target,
                                    exclusive=True)
         attr: cpb.Attr = await self._call(self.master.create, request)
-        return attr
+        if kind == cpb.DIRECTORY:
+            self.attrs.drop(parent)     # its nlink grew
+        else:
+            self._touch(parent)
+        return self._note(attr)
 
     async def link(self, ino: int, new_parent: int, new_name: str) -> cpb.Attr:
         self._writable()
         attr: cpb.Attr = await self._icall(self.master.link, ino, new_parent, new_name)
+        self._touch(new_parent)
         return self._note(attr)
 
     async def unlink(self, parent: int, name: str) -> None:
@@ -191,6 +228,8 @@ class Filesystem:
         # Ask for an orphan only when something is open here: the common case stays one call.
         keep = bool(self.handles.open_files)
         reply: pb.UnlinkReply = await self._call(self.master_unlink, parent, name, False, keep)
+        self.attrs.drop(reply.ino)
+        self._touch(parent)
         self._unlinked(reply.ino, reply.nlink, kept=keep)
 
     def master_unlink(self, parent: int, name: str, directory: bool, keep: bool) -> pb.UnlinkReply:
@@ -215,13 +254,19 @@ class Filesystem:
 
     async def rmdir(self, parent: int, name: str) -> None:
         self._writable()
-        await self._call(self.master_unlink, parent, name, True, False)
+        reply: pb.UnlinkReply = await self._call(self.master_unlink, parent, name, True, False)
+        self.attrs.drop(reply.ino)
+        self.attrs.drop(parent)         # its nlink shrank
 
     async def rename(self, parent: int, name: str, new_parent: int, new_name: str, flags: int) -> None:
         self._writable()
         if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE):
             raise InvalidArgument(f"unsupported rename flags {flags:#x}")
-        reply = await self._call(self.master.rename, parent, name, new_parent, new_name, flags)
+        try:
+            reply = await self._call(self.master.rename, parent, name, new_parent, new_name, flags)
+        finally:
+            # The moved inode's ctime, both parents, a replaced inode: rare enough to drop all.
+            self.attrs.clear()
         if reply.replaced_ino and reply.replaced_nlink == 0:
             opened = self.handles.open_files.get(reply.replaced_ino)
             if opened is not None:
@@ -262,12 +307,12 @@ class Filesystem:
             return self._note(attr)
         if changes.mtime_ns is not None and opened.file.dirty:
             # An explicit mtime (cp -p, tar, rsync -t) must not be overwritten by a later commit.
-            await self._data(opened.file.commit)
+            await self._commit(opened)
         attr = await self._data(opened.file.setattr, request)
         return self._note(attr)
 
     async def _current_mode(self, ino: int) -> tuple[int, int] | None:
-        attr = await self.master_getattr(ino)
+        attr = await self.getattr(ino)
         return attr.type, attr.mode
 
     # -- files -------------------------------------------------------------------------------
@@ -278,6 +323,8 @@ class Filesystem:
                                    caller=pb.Caller(uid=uid, gid=gid), exclusive=bool(flags & os.O_EXCL),
                                    truncate=bool(flags & os.O_TRUNC))
         attr: cpb.Attr = await self._call(self.master.create, request)
+        self._touch(parent)
+        self._note(attr)
         # A file of size 0 has no blocks: skip GetBlocks (one round trip less per create).
         known = pb.BlocksReply(attr=attr) if attr.size == 0 else None
         handle = await self._open_attr(attr, flags, uid, known)
@@ -288,6 +335,7 @@ class Filesystem:
         if accmode != os.O_RDONLY or flags & os.O_TRUNC:
             self._writable()
         if flags & os.O_TRUNC:
+            self.attrs.drop(ino)
             request = pb.SetAttrRequest(ino=ino, size=0, mtime_now=True)
             if uid != 0:
                 current = await self._current_mode(ino)
@@ -316,6 +364,7 @@ class Filesystem:
             if opened is None:
                 opened = self.handles.open_files[ino] = OpenFile(ino, file, self._mode_of(file))
             opened.handles += 1
+        self._note(opened.file.attr)
         handle = FileHandle(self.handles.new_id(), opened, uid, (flags & os.O_ACCMODE) != os.O_RDONLY)
         self.handles.files[handle.fh] = handle
         return handle
@@ -336,7 +385,9 @@ class Filesystem:
     async def read(self, fh: int, offset: int, size: int) -> memoryview:
         opened = self._handle(fh).open
         buffer = self.buffers.acquire(size)
-        n = await self._data(opened.file.pread_into, offset, buffer[:size])
+        n = opened.file.try_pread_into(offset, buffer[:size])     # in memory: no thread hop
+        if n is None:
+            n = await self._data(opened.file.pread_into, offset, buffer[:size])
         self.buffers.defer(buffer)   # no await from here to the reply (readbuf.py)
         return buffer[:n]
 
@@ -347,12 +398,14 @@ class Filesystem:
             request = pb.SetAttrRequest(ino=opened.ino, mode=kill_suid_sgid(opened.mode))
             attr: cpb.Attr = await self._icall(self.master.setattr, request)
             opened.mode = attr.mode
-        n: int = await self._data(opened.file.pwrite, offset, data)
+        n = opened.file.try_pwrite(offset, data)      # into memory: no thread hop
+        if n is None:
+            n = await self._data(opened.file.pwrite, offset, data)
         opened.last_write_ns = time.time_ns()
         return n
 
     async def flush(self, fh: int) -> None:
-        await self._data(self._handle(fh).open.file.commit)
+        await self._commit(self._handle(fh).open)
 
     async def fsync(self, fh: int) -> None:
         await self.flush(fh)
@@ -366,7 +419,7 @@ class Filesystem:
         if opened.handles > 0:
             return
         try:
-            await self._data(opened.file.commit)
+            await self._commit(opened)
         except CurvineError as exc:
             # close(2) already got flush's answer; this only catches writes after the last flush
             # (mmap write-back), so say it loudly.
@@ -375,6 +428,12 @@ class Filesystem:
             # Re-check after the await: an open may have claimed it meanwhile (state.py's rule).
             if opened.handles == 0 and self.handles.open_files.get(opened.ino) is opened:
                 del self.handles.open_files[opened.ino]
+                # Close it here, in a thread: left to the garbage collector, io.RawIOBase.__del__
+                # would retry a failed commit on whatever thread collects it (even trio's).
+                try:
+                    await self._data(opened.file.close)
+                except CurvineError as exc:
+                    log.error("inode %d: closing after a failed commit failed too: %s", opened.ino, exc)
                 if opened.unlinked:
                     try:
                         await self._call(self.master.release_orphan, opened.ino)
@@ -386,7 +445,7 @@ class Filesystem:
         for opened in list(self.handles.open_files.values()):
             if opened.file.dirty:
                 try:
-                    await self._data(opened.file.commit)
+                    await self._commit(opened)
                 except CurvineError as exc:
                     log.error("commit of inode %d at shutdown failed: %s", opened.ino, exc)
 
@@ -439,6 +498,7 @@ class Filesystem:
     def _listing(self, handle: DirHandle, dots: list[Listed], entries: list[pb.DirEntry]) -> Iterator[Listed]:
         yield from dots
         for entry in entries:
+            self._note(entry.attr)
             offset = handle.next_offset
             handle.next_offset += 1
             handle.names[offset] = entry.name
@@ -446,11 +506,31 @@ class Filesystem:
 
     # -- xattrs, statfs ----------------------------------------------------------------------
     async def getxattr(self, ino: int, name: str) -> bytes:
-        value: bytes = await self._icall(self.master.getxattr, ino, name)
-        return value
+        if name == CAPABILITY:
+            found = self._capability.get(ino)
+            if found is not None and found[0] > time.monotonic():
+                if found[1] is None:
+                    raise NoData(f"no xattr {name!r} on inode {ino}")
+                return found[1]
+            try:
+                value: bytes = await self._icall(self.master.getxattr, ino, name)
+            except NoData:
+                self._remember_capability(ino, None)
+                raise
+            self._remember_capability(ino, value)
+            return value
+        return await self._icall(self.master.getxattr, ino, name)
+
+    def _remember_capability(self, ino: int, value: bytes | None) -> None:
+        if self.attrs.ttl > 0:
+            if len(self._capability) > 100_000:
+                self._capability.clear()
+            self._capability[ino] = (time.monotonic() + self.attrs.ttl, value)
 
     async def setxattr(self, ino: int, name: str, value: bytes) -> None:
         self._writable()
+        self._capability.pop(ino, None)
+        self.attrs.drop(ino)
         await self._icall(self.master.setxattr, ino, name, value, 0)
 
     async def listxattr(self, ino: int) -> list[str]:
@@ -459,6 +539,8 @@ class Filesystem:
 
     async def removexattr(self, ino: int, name: str) -> None:
         self._writable()
+        self._capability.pop(ino, None)
+        self.attrs.drop(ino)
         await self._icall(self.master.removexattr, ino, name)
 
     async def statfs(self) -> pb.StatFsReply:

@@ -50,7 +50,8 @@ def resolve_root(client: CurvineClient, subdir: str) -> int:
 
 async def serve(options: MountOptions, client: CurvineClient, root: int) -> None:
     offload = Offload(deadline_s=options.deadline_s)
-    fs = Filesystem(client, offload, root=root, node=client.node, read_only=options.read_only)
+    fs = Filesystem(client, offload, root=root, node=client.node, read_only=options.read_only,
+                    attr_ttl=options.attr_timeout)
     ops = Operations(fs, Timeouts(options.attr_timeout, options.entry_timeout, options.negative_timeout),
                      writeback_cache=options.writeback_cache, direct_io=options.direct_io,
                      keep_cache=options.keep_cache)

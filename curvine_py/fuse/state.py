@@ -11,9 +11,12 @@ from __future__ import annotations
 import itertools
 import logging
 import stat
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from curvine_py.client.files import CurvineFile
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,7 @@ class OpenFile:
     handles: int = 0
     unlinked: bool = False      # its last name went away while open: ReleaseOrphan at last close
     last_write_ns: int = 0      # mtime/ctime shown while writes are uncommitted
+    committed_mtime: int = 0    # the master's mtime produced by our own last commit (see overlay)
 
 
 @dataclass(slots=True)
@@ -102,3 +106,52 @@ class Handles:
 
     def new_id(self) -> int:
         return next(self._ids)
+
+
+class AttrCache:
+    """Attributes the mount answers GETATTR from for up to `ttl` seconds (the attr timeout).
+
+    Why: the kernel drops its own copy of a directory's attributes after every change inside it,
+    then asks again to check search permission (default_permissions) on the next path walk: one
+    master round trip per create. Answering from here keeps the promise the attr timeout already
+    makes (attributes may be that old) while local changes keep it exact: every reply passes
+    through `put`, and whatever a local operation changes is dropped or touched.
+    """
+
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self._clock = clock
+        self._entries: dict[int, tuple[float, cpb.Attr]] = {}
+
+    def get(self, ino: int) -> cpb.Attr | None:
+        found = self._entries.get(ino)
+        if found is None:
+            return None
+        if found[0] < self._clock():
+            del self._entries[ino]
+            return None
+        return found[1]
+
+    def put(self, attr: cpb.Attr) -> None:
+        if self.ttl > 0:
+            if len(self._entries) > MAX_CACHED:
+                self._entries.clear()
+            self._entries[attr.ino] = (self._clock() + self.ttl, attr)
+
+    def drop(self, ino: int) -> None:
+        self._entries.pop(ino, None)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def touch(self, ino: int, now_ns: int) -> None:
+        """A directory gained or lost a non-directory entry: mtime and ctime move, nlink does not."""
+        found = self._entries.get(ino)
+        if found is not None:
+            attr = cpb.Attr()
+            attr.CopyFrom(found[1])
+            attr.mtime_ns = attr.ctime_ns = max(now_ns, attr.mtime_ns)
+            self._entries[ino] = (found[0], attr)
+
+
+MAX_CACHED = 100_000

@@ -36,6 +36,9 @@ class Mount:
         self.deadline = deadline
         self.env = {**FAIL_FAST, **(env or {})}
         self.echo = echo
+        if os.environ.get("CURVINE_FUSE_TRACE"):   # debugging: every request and its duration on stderr
+            self.args += ["--log-level", "DEBUG"]
+            self.echo = True
         self.process: RoleProcess | None = None
 
     def argv(self) -> list[str]:
