@@ -24,6 +24,7 @@ from curvine_py.client.kv import KVClient
 from curvine_py.core import lmproto
 from curvine_py.core.errors import CurvineError, ProtocolError, TooLarge, Unavailable
 from curvine_py.transport.blocking import recv_exactly_into
+from curvine_py.worker.server import Listener, bind_tcp
 
 log = logging.getLogger(__name__)
 
@@ -122,3 +123,31 @@ class LmSession:
         except CurvineError as exc:
             log.warning("lm:// exist %s failed, answering a miss: %s", key, exc)
             return False
+
+
+class LmServer:
+    """The `lm://` port of a worker. `start()` binds (port 0 = any) and returns the bound port."""
+
+    def __init__(self, kv: KVClient, *, host: str, port: int, max_payload: int) -> None:
+        self._kv = kv
+        self._host = host
+        self._port = port
+        self._max_payload = max_payload
+        self._listener: Listener | None = None
+
+    def start(self) -> int:
+        sock = bind_tcp(self._host, self._port)
+        port = int(sock.getsockname()[1])
+
+        def serve(conn: socket.socket, peer: str) -> None:
+            LmSession(conn, self._kv, max_payload=self._max_payload, peer=peer).serve()
+
+        self._listener = Listener(sock, serve, "lm")
+        self._listener.start()
+        log.info("lm:// server listening on %s:%d", self._host, port)
+        return port
+
+    def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener = None

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--high-watermark", type=float, help="usage ratio that starts eviction (default 0.90)")
     p.add_argument("--low-watermark", type=float, help="usage ratio eviction goes down to (default 0.75)")
     p.add_argument("--pin-grace-ms", type=int, help="how long an EXISTS pin keeps a hit readable")
-    p.add_argument("--lm-port", type=int, help="LMCache lm:// port (reserved: not implemented yet)")
+    p.add_argument("--lm-port", type=int, help="LMCache lm:// server port (0 = off, -1 = any free port)")
     p.add_argument("--unix-socket", help="short-circuit socket path (default DATA_DIR/worker.sock)")
     p.add_argument("--worker-id", help="override the id persisted in the first data dir")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
@@ -88,8 +88,8 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
                               f"{cfg.high_watermark}")
     if cfg.max_payload <= 0 or cfg.max_key_bytes <= 0:
         raise InvalidArgument("--max-payload and --max-key-bytes must be positive")
-    if cfg.lm_port:
-        raise InvalidArgument("--lm-port: the LMCache lm:// server is not implemented yet; leave it at 0")
+    if cfg.lm_port < -1:
+        raise InvalidArgument("--lm-port must be a port, 0 (off) or -1 (any free port)")
     config.require_secure(cfg.host, cfg.token, cfg.insecure, "worker")
     return cfg
 
@@ -102,6 +102,20 @@ def advertised_host(host: str) -> str:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
         return socket.gethostname()
+
+
+def start_lm_server(cfg: WorkerConfig, node: str, teardown: contextlib.ExitStack) -> int:
+    """The LMCache `lm://` port: a KV client of this cluster (routing each key to its owner, this
+    worker included, reached by short-circuit when local) behind LMCache's wire protocol."""
+    from curvine_py.client import CurvineClient
+    from curvine_py.worker.lmserver import LmServer
+
+    client = CurvineClient(cfg.master, token=cfg.token, node=node)
+    teardown.callback(client.close)
+    server = LmServer(client.kv, host=cfg.host, port=max(cfg.lm_port, 0), max_payload=cfg.max_payload)
+    port = server.start()
+    teardown.callback(server.stop)
+    return port
 
 
 def main(argv: list[str]) -> int:
@@ -146,9 +160,13 @@ def main(argv: list[str]) -> int:
             evictor.start()
             teardown.callback(evictor.stop)
 
+            node = cfg.node or socket.gethostname()
+            lm_port = 0
+            if cfg.lm_port:
+                lm_port = start_lm_server(cfg, node, teardown)
             host = advertised_host(cfg.host)
             advertised = Advertised(worker_id=worker_id, host=host, port=port, unix_socket=unix_path,
-                                    node=cfg.node or socket.gethostname(), lm_port=cfg.lm_port)
+                                    node=node, lm_port=lm_port)
             heartbeat = Heartbeater(store, state, advertised, master=cfg.master, token=cfg.token)
             heartbeat.start()
             teardown.callback(heartbeat.stop)
@@ -158,7 +176,8 @@ def main(argv: list[str]) -> int:
             if stop.is_set():
                 log.info("stopped before registering with the master")
                 return 0
-            print(f"worker={host}:{port} id={worker_id}", flush=True)
+            lm = f" lm={host}:{lm_port}" if lm_port else ""
+            print(f"worker={host}:{port} id={worker_id}{lm}", flush=True)
             while not stop.wait(1.0):
                 pass
             log.info("stopping")

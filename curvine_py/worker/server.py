@@ -360,15 +360,37 @@ class Session:
         return _Outcome(DataHeader(found=dropped))
 
 
-class Listener:
-    """An accept loop on a bound, listening socket, a thread per connection."""
+ConnectionHandler = Callable[[socket.socket, str], None]
 
-    def __init__(self, sock: socket.socket, store: Store, state: WorkerState, options: SessionOptions,
-                 name: str) -> None:
+
+def session_handler(store: Store, state: WorkerState, options: SessionOptions) -> ConnectionHandler:
+    """Serves one data-plane connection (TCP or short-circuit) until EOF or garbage."""
+    def serve(conn: socket.socket, peer: str) -> None:
+        Session(conn, store, state, options, peer).serve()
+    return serve
+
+
+def bind_tcp(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (port 0 = any free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class Listener:
+    """An accept loop on a bound, listening socket, a thread per connection running `handler`
+    (the data plane's Session, or the lm:// session)."""
+
+    def __init__(self, sock: socket.socket, handler: ConnectionHandler, name: str) -> None:
         self.sock = sock
-        self._store = store
-        self._state = state
-        self._options = options
+        self._handler = handler
         self._name = name
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
@@ -419,7 +441,7 @@ class Listener:
 
     def _serve(self, conn: socket.socket, peer: str) -> None:
         try:
-            Session(conn, self._store, self._state, self._options, peer).serve()
+            self._handler(conn, peer)
         finally:
             with self._lock:
                 self._connections.discard(conn)
@@ -439,17 +461,9 @@ class DataServer:
         self.address: tuple[str, int] = (host, port)
 
     def start(self) -> tuple[str, int]:
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self._host, self._port))
-            sock.listen(LISTEN_BACKLOG)
-        except OSError:
-            sock.close()
-            raise
+        sock = bind_tcp(self._host, self._port)
         self.address = (self._host, sock.getsockname()[1])
-        self._listener = Listener(sock, self._store, self._state, self._options, "data")
+        self._listener = Listener(sock, session_handler(self._store, self._state, self._options), "data")
         self._listener.start()
         log.info("data plane listening on %s:%d", *self.address)
         return self.address

@@ -16,7 +16,7 @@ import socket
 import stat
 
 from curvine_py.core.errors import InvalidArgument
-from curvine_py.worker.server import LISTEN_BACKLOG, Listener, SessionOptions, WorkerState
+from curvine_py.worker.server import LISTEN_BACKLOG, Listener, SessionOptions, WorkerState, session_handler
 from curvine_py.worker.store import Store
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,8 @@ class ShortCircuitServer:
             os.umask(old)
         os.chmod(self.path, 0o600)
         sock.listen(LISTEN_BACKLOG)
-        self._listener = Listener(sock, self._store, self._state, self._options, "shortcircuit")
+        self._listener = Listener(sock, session_handler(self._store, self._state, self._options),
+                                  "shortcircuit")
         self._listener.start()
         log.info("short-circuit reads on %s", self.path)
         return self.path
