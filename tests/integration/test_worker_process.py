@@ -208,8 +208,8 @@ def test_ready_only_after_registration_and_sigterm_exits_0(tmp_path: pathlib.Pat
             worker.wait()
 
 
-def test_lm_port_is_refused_clearly(tmp_path: pathlib.Path) -> None:
+def test_bad_lm_port_is_refused_clearly(tmp_path: pathlib.Path) -> None:
     result = subprocess.run(curvine_command("worker", "--master", "127.0.0.1:1", "--data-dir", str(tmp_path),
-                                            "--lm-port", "8998"), check=False, capture_output=True, text=True,
+                                            "--lm-port", "-5"), check=False, capture_output=True, text=True,
                             timeout=30)
-    assert result.returncode == 2 and "not implemented yet" in result.stderr
+    assert result.returncode == 2 and "--lm-port must be a port" in result.stderr
