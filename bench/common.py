@@ -11,6 +11,7 @@ docs/benchmarks.md holds one section per benchmark between `<!-- bench:NAME -->`
 `<!-- /bench:NAME -->`; a run replaces only its own section, so benchmarks written by different
 people (kv, placement, meta, fuse, lmcache) stay side by side.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,10 +59,17 @@ Each section below is written by its benchmark and says when and on what machine
 def parser(name: str, description: str, *, repeats: int = 5) -> argparse.ArgumentParser:
     """An ArgumentParser with the options every benchmark takes."""
     p = argparse.ArgumentParser(prog=f"curvine-py bench {name}", description=description)
-    p.add_argument("--repeats", type=int, default=repeats,
-                   help=f"repeats per measurement; medians are reported (default {repeats}, >= 5 for the doc)")
-    p.add_argument("--quick", action="store_true",
-                   help="a fast smoke run: smaller sizes, fewer repeats; writes NAME.quick.json, not the doc")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=repeats,
+        help=f"repeats per measurement; medians are reported (default {repeats}, >= 5 for the doc)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a fast smoke run: smaller sizes, fewer repeats; writes NAME.quick.json, not the doc",
+    )
     p.add_argument("--no-write", action="store_true", help="print only: no JSON, no doc section")
     return p
 
@@ -81,6 +89,7 @@ def median(values: Iterable[float]) -> float:
 @dataclass(frozen=True, slots=True)
 class Paired:
     """Per-repeat measurements of a subject and its baseline (same unit, higher = better)."""
+
     subject: tuple[float, ...]
     baseline: tuple[float, ...]
 
@@ -94,9 +103,15 @@ class Paired:
         return median(self.ratios)
 
     def summary(self) -> dict[str, Any]:
-        return {"subject_median": median(self.subject), "baseline_median": median(self.baseline),
-                "ratio_median": self.ratio, "ratio_min": min(self.ratios), "ratio_max": max(self.ratios),
-                "subject": list(self.subject), "baseline": list(self.baseline)}
+        return {
+            "subject_median": median(self.subject),
+            "baseline_median": median(self.baseline),
+            "ratio_median": self.ratio,
+            "ratio_min": min(self.ratios),
+            "ratio_max": max(self.ratios),
+            "subject": list(self.subject),
+            "baseline": list(self.baseline),
+        }
 
 
 def paired(subject: Callable[[], float], baseline: Callable[[], float], repeats: int) -> Paired:
@@ -129,26 +144,37 @@ def machine() -> dict[str, Any]:
     except (OSError, ValueError, IndexError):
         mem_kb = 0
     return {
-        "cpu": cpu, "cpus": os.cpu_count(), "memory_gib": round(mem_kb / (1 << 20), 1),
-        "kernel": platform.release(), "python": platform.python_version(),
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "memory_gib": round(mem_kb / (1 << 20), 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-        "commit": _git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": _git_commit(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
 
 def _git_commit() -> str:
     try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5, check=False)
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
         return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
 
 def machine_line(info: dict[str, Any]) -> str:
-    return (f"Ran {info['date']} on {info['cpus']} x {info['cpu']}, {info['memory_gib']} GiB, Linux "
-            f"{info['kernel']}, Python {info['python']}, commit {info['commit'] or '?'} "
-            f"(load average at start {info['loadavg_at_start'][0]}).")
+    return (
+        f"Ran {info['date']} on {info['cpus']} x {info['cpu']}, {info['memory_gib']} GiB, Linux "
+        f"{info['kernel']}, Python {info['python']}, commit {info['commit'] or '?'} "
+        f"(load average at start {info['loadavg_at_start'][0]})."
+    )
 
 
 def write_json(name: str, payload: dict[str, Any], *, quick: bool = False) -> pathlib.Path:

@@ -17,6 +17,7 @@ file of the object's size in the same --dir (raw get; the receiver does `recv_in
 or receives the object with `recv_into` a page-aligned mmap and acks (raw put; the sender does one
 `sendall` from a page-aligned buffer). One small request per object on both sides, like the KV ops.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -35,9 +36,9 @@ from typing import Any
 from bench import common
 
 SIZES_MIB = (1, 4, 14, 32)
-TARGET_SIZES_MIB = (14, 32)          # the issue's targets apply to these
+TARGET_SIZES_MIB = (14, 32)  # the issue's targets apply to these
 TARGETS = {"get": 0.9, "put": 0.8, "get_local": 3.0}
-REQUEST = struct.Struct("<cQ")       # raw pair request: op (b"G" | b"P"), size
+REQUEST = struct.Struct("<cQ")  # raw pair request: op (b"G" | b"P"), size
 
 
 # -- the raw pair ---------------------------------------------------------------------------------
@@ -92,8 +93,9 @@ class RawPair:
     """The client side of the raw pair; the server is a separate process."""
 
     def __init__(self, workdir: pathlib.Path) -> None:
-        self._proc = subprocess.Popen([sys.executable, "-c", RAW_SERVER, str(workdir)], stdout=subprocess.PIPE,
-                                      text=True)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", RAW_SERVER, str(workdir)], stdout=subprocess.PIPE, text=True
+        )
         assert self._proc.stdout is not None
         port = int(self._proc.stdout.readline())
         self.pid = self._proc.pid
@@ -141,7 +143,7 @@ def process_cpu(pid: int) -> float:
         try:
             total += int((task / "schedstat").read_text().split()[0])
         except (OSError, ValueError, IndexError):
-            pass   # the thread ended meanwhile
+            pass  # the thread ended meanwhile
     return total / 1e9
 
 
@@ -160,24 +162,35 @@ class Meter:
             op(index)
         seconds = time.perf_counter() - start
         gigabytes = size * count / 1e9
-        self.cpu.setdefault(name, []).append(((process_cpu(os.getpid()) - client0) / gigabytes,
-                                              (process_cpu(server_pid) - server0) / gigabytes))
+        self.cpu.setdefault(name, []).append(
+            (
+                (process_cpu(os.getpid()) - client0) / gigabytes,
+                (process_cpu(server_pid) - server0) / gigabytes,
+            )
+        )
         return gigabytes / seconds
 
     def summary(self, name: str) -> dict[str, float]:
         """Median CPU seconds per GB moved, client side and server side."""
         samples = self.cpu[name]
-        return {"client_cpu_s_per_gb": common.median(c for c, _ in samples),
-                "server_cpu_s_per_gb": common.median(s for _, s in samples)}
+        return {
+            "client_cpu_s_per_gb": common.median(c for c, _ in samples),
+            "server_cpu_s_per_gb": common.median(s for _, s in samples),
+        }
 
 
 class KVBench:
     def __init__(self, root: pathlib.Path, args: Any) -> None:
         from tests.harness import Cluster
+
         self.args = args
         self.raw = RawPair(root)
-        self.cluster = Cluster(root / "cluster", workers=1, node_names=["bench-worker"],
-                               worker_args=["--max-payload", str(256 << 20)])
+        self.cluster = Cluster(
+            root / "cluster",
+            workers=1,
+            node_names=["bench-worker"],
+            worker_args=["--max-payload", str(256 << 20)],
+        )
         self.cluster.__enter__()
         self.cluster.wait_for_live_workers(1)
         self.tcp = self.cluster.client(node="bench-client", membership_refresh_s=60.0)
@@ -196,8 +209,10 @@ class KVBench:
         """The two clients must take the paths we claim they take."""
         view = self.tcp.membership.view()
         worker = next(iter(view.workers.values()))
-        return {"tcp_client_is_local": self.tcp.io.is_local(worker),
-                "local_client_is_local": self.local.io.is_local(worker)}
+        return {
+            "tcp_client_is_local": self.tcp.io.is_local(worker),
+            "local_client_is_local": self.local.io.is_local(worker),
+        }
 
     def count(self, size: int) -> int:
         return max(self.args.min_count, -(-self.args.bytes_per_sample // size))
@@ -208,8 +223,8 @@ class KVBench:
         data = aligned(size, fill=True)
         key = f"bench/get/{size}"
         self.tcp.kv.put(key, data)
-        self.raw.get(out)                                    # the raw file exists and is cached
-        for client in (self.tcp, self.local):                # warm pools, fd paths, page cache
+        self.raw.get(out)  # the raw file exists and is cached
+        for client in (self.tcp, self.local):  # warm pools, fd paths, page cache
             assert client.kv.get_into(key, out) == size
             assert out == data, "KV get returned different bytes"
 
@@ -228,10 +243,15 @@ class KVBench:
             self._put_serial += 1
             serial = self._put_serial
             try:
-                return meter.run("put", lambda i: self.tcp.kv.put(f"bench/put/{size}/{serial}/{i}", data), size,
-                                 count, worker_pid)
+                return meter.run(
+                    "put",
+                    lambda i: self.tcp.kv.put(f"bench/put/{size}/{serial}/{i}", data),
+                    size,
+                    count,
+                    worker_pid,
+                )
             finally:
-                for i in range(count):   # written objects stay in the page cache: keep it small
+                for i in range(count):  # written objects stay in the page cache: keep it small
                     self.tcp.kv.delete(f"bench/put/{size}/{serial}/{i}")
 
         meter.cpu.clear()
@@ -239,7 +259,9 @@ class KVBench:
             "count_per_sample": count,
             "get": common.paired(kv_get("get", self.tcp), raw_get("get"), repeats).summary(),
             "put": common.paired(kv_put, raw_put, repeats).summary(),
-            "get_local": common.paired(kv_get("get_local", self.local), raw_get("get_local"), repeats).summary(),
+            "get_local": common.paired(
+                kv_get("get_local", self.local), raw_get("get_local"), repeats
+            ).summary(),
         }
         for name in ("get", "put", "get_local"):
             result[name]["cpu"] = {"subject": meter.summary(name), "baseline": meter.summary(f"{name}/raw")}
@@ -249,12 +271,22 @@ class KVBench:
 
 def main(argv: list[str]) -> int:
     p = common.parser("kv", __doc__.splitlines()[0])
-    p.add_argument("--sizes", default=",".join(map(str, SIZES_MIB)), help="object sizes in MiB (default 1,4,14,32)")
-    p.add_argument("--bytes-per-sample", type=int, default=256 << 20,
-                   help="bytes moved per timed sample (default 256 MiB; at least --min-count objects)")
+    p.add_argument(
+        "--sizes", default=",".join(map(str, SIZES_MIB)), help="object sizes in MiB (default 1,4,14,32)"
+    )
+    p.add_argument(
+        "--bytes-per-sample",
+        type=int,
+        default=256 << 20,
+        help="bytes moved per timed sample (default 256 MiB; at least --min-count objects)",
+    )
     p.add_argument("--min-count", type=int, default=4, help="objects per timed sample at least (default 4)")
-    p.add_argument("--dir", default="/var/tmp", help="where the cluster and the raw file live (default /var/tmp: a real "
-                   "filesystem's page cache; tmpfs reads run at half the speed here)")
+    p.add_argument(
+        "--dir",
+        default="/var/tmp",
+        help="where the cluster and the raw file live (default /var/tmp: a real "
+        "filesystem's page cache; tmpfs reads run at half the speed here)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.repeats = min(args.repeats, 3)
@@ -262,8 +294,10 @@ def main(argv: list[str]) -> int:
         args.min_count = min(args.min_count, 2)
     sizes = [int(x) for x in args.sizes.split(",") if x]
     info = common.machine()
-    print(f"kv: sizes {sizes} MiB, {args.bytes_per_sample >> 20} MiB per sample, {args.repeats} repeats",
-          flush=True)
+    print(
+        f"kv: sizes {sizes} MiB, {args.bytes_per_sample >> 20} MiB per sample, {args.repeats} repeats",
+        flush=True,
+    )
     root = pathlib.Path(tempfile.mkdtemp(prefix="curvine-bench-kv-", dir=args.dir))
     bench = None
     try:
@@ -276,9 +310,15 @@ def main(argv: list[str]) -> int:
             r = bench.size_results(mib << 20)
             r["size_mib"] = mib
             results.append(r)
-            print(f"  {mib:>3} MiB: " + "; ".join(
-                f"{name} {r[name]['subject_median']:.2f} GB/s vs raw {r[name]['baseline_median']:.2f} = "
-                f"{r[name]['ratio_median']:.2f}x" for name in ("get", "put", "get_local")), flush=True)
+            print(
+                f"  {mib:>3} MiB: "
+                + "; ".join(
+                    f"{name} {r[name]['subject_median']:.2f} GB/s vs raw {r[name]['baseline_median']:.2f} = "
+                    f"{r[name]['ratio_median']:.2f}x"
+                    for name in ("get", "put", "get_local")
+                ),
+                flush=True,
+            )
     finally:
         if bench is not None:
             bench.close()
@@ -286,52 +326,117 @@ def main(argv: list[str]) -> int:
     verdicts = {}
     for name, target in TARGETS.items():
         ratios = [r[name]["ratio_median"] for r in results if r["size_mib"] in TARGET_SIZES_MIB]
-        verdicts[name] = {"target": target, "worst_ratio": min(ratios) if ratios else None,
-                          "met": bool(ratios) and min(ratios) >= target}
-    payload = {"benchmark": "kv", "machine": info,
-               "parameters": {"sizes_mib": sizes, "bytes_per_sample": args.bytes_per_sample,
-                              "min_count": args.min_count, "repeats": args.repeats, "quick": args.quick,
-                              "dir": args.dir, "paths": paths},
-               "results": results, "targets": verdicts}
+        verdicts[name] = {
+            "target": target,
+            "worst_ratio": min(ratios) if ratios else None,
+            "met": bool(ratios) and min(ratios) >= target,
+        }
+    payload = {
+        "benchmark": "kv",
+        "machine": info,
+        "parameters": {
+            "sizes_mib": sizes,
+            "bytes_per_sample": args.bytes_per_sample,
+            "min_count": args.min_count,
+            "repeats": args.repeats,
+            "quick": args.quick,
+            "dir": args.dir,
+            "paths": paths,
+        },
+        "results": results,
+        "targets": verdicts,
+    }
     common.publish("kv", args, payload, render(payload))
     return 0
 
 
 def render(payload: dict[str, Any]) -> str:
     params = payload["parameters"]
-    body = ["## KV put/get vs the raw socket pair", "", common.machine_line(payload["machine"]), "",
+    body = [
+        "## KV put/get vs the raw socket pair",
+        "",
+        common.machine_line(payload["machine"]),
+        "",
+        (
             f"1 master + 1 worker on loopback, data dirs in {params['dir']}; "
             f"{params['bytes_per_sample'] >> 20} MiB (>= {params['min_count']} objects) per timed sample, "
             f"median of {params['repeats']} repeats. GB/s = 1e9 bytes/s. Raw get = separate process "
-            f"`os.sendfile` from a file in {params['dir']} (page cache) -> `recv_into` a page-aligned mmap; raw put = `sendall` from a "
-            "page-aligned buffer -> `recv_into` an mmap in a separate process (+ a 1-byte ack). "
-            "Ratio = median of per-repeat KV / raw.", ""]
+            f"`os.sendfile` from a file in {params['dir']} (page cache) -> `recv_into` a page-aligned mmap; "
+            "raw put = `sendall` from a page-aligned buffer -> `recv_into` an mmap in a separate process (+ a 1-byte ack). "
+            "Ratio = median of per-repeat KV / raw."
+        ),
+        "",
+    ]
     rows = []
     for r in payload["results"]:
         row: list[object] = [r["size_mib"]]
         for name in ("get", "put", "get_local"):
             s = r[name]
-            row += [f"{s['subject_median']:.2f}", f"{s['baseline_median']:.2f}", f"**{s['ratio_median']:.2f}x**"]
+            row += [
+                f"{s['subject_median']:.2f}",
+                f"{s['baseline_median']:.2f}",
+                f"**{s['ratio_median']:.2f}x**",
+            ]
         rows.append(row)
-    body.append(common.table(["MiB", "get GB/s", "raw get", "get ratio", "put GB/s", "raw put", "put ratio",
-                              "local get GB/s", "raw get", "local ratio"], rows))
+    body.append(
+        common.table(
+            [
+                "MiB",
+                "get GB/s",
+                "raw get",
+                "get ratio",
+                "put GB/s",
+                "raw put",
+                "put ratio",
+                "local get GB/s",
+                "raw get",
+                "local ratio",
+            ],
+            rows,
+        )
+    )
     cpu_rows = []
     for r in payload["results"]:
         row = [r["size_mib"]]
         for name in ("get", "put", "get_local"):
             c = r[name]["cpu"]
-            row += [f"{c['subject']['client_cpu_s_per_gb'] * 1e3:.0f} / {c['baseline']['client_cpu_s_per_gb'] * 1e3:.0f}",
-                    f"{c['subject']['server_cpu_s_per_gb'] * 1e3:.0f} / {c['baseline']['server_cpu_s_per_gb'] * 1e3:.0f}"]
+            row += [
+                f"{c['subject']['client_cpu_s_per_gb'] * 1e3:.0f} / {c['baseline']['client_cpu_s_per_gb'] * 1e3:.0f}",
+                f"{c['subject']['server_cpu_s_per_gb'] * 1e3:.0f} / {c['baseline']['server_cpu_s_per_gb'] * 1e3:.0f}",
+            ]
         cpu_rows.append(row)
-    body += ["", "CPU cost, ms of CPU per GB moved (time on CPU of all threads, from schedstat; KV / raw pair; client = this "
-             "process, server = the worker or the raw server process). CPU is what a busy machine does not hide: "
-             "it shows where the time goes even when wall-clock numbers drift.", "",
-             common.table(["MiB", "get client", "get server", "put client", "put server", "local get client",
-                           "local get server"], cpu_rows)]
+    body += [
+        "",
+        (
+            "CPU cost, ms of CPU per GB moved (time on CPU of all threads, from schedstat; KV / raw pair; "
+            "client = this process, server = the worker or the raw server process). CPU is what a busy machine does not hide: "
+            "it shows where the time goes even when wall-clock numbers drift."
+        ),
+        "",
+        common.table(
+            [
+                "MiB",
+                "get client",
+                "get server",
+                "put client",
+                "put server",
+                "local get client",
+                "local get server",
+            ],
+            cpu_rows,
+        ),
+    ]
     names = {"get": "get (TCP)", "put": "put (TCP)", "get_local": "short-circuit get"}
-    body += ["", "Targets (issue 2) on 14-32 MiB: " + "; ".join(
-        f"{names[n]} >= {v['target']}x: worst {v['worst_ratio']:.2f}x, **{'met' if v['met'] else 'missed'}**"
-        for n, v in payload["targets"].items() if v["worst_ratio"] is not None) + "."]
+    body += [
+        "",
+        "Targets (issue 2) on 14-32 MiB: "
+        + "; ".join(
+            f"{names[n]} >= {v['target']}x: worst {v['worst_ratio']:.2f}x, **{'met' if v['met'] else 'missed'}**"
+            for n, v in payload["targets"].items()
+            if v["worst_ratio"] is not None
+        )
+        + ".",
+    ]
     return "\n".join(body)
 
 

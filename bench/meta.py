@@ -17,9 +17,9 @@ as one client process would). The baseline, measured right before every op in th
 the RPC floor: GetMembership at the same concurrency (no SQL, but the same gRPC handler path
 through the master's store thread). Reported: ops/s (median of repeats) and op / floor.
 """
+
 from __future__ import annotations
 
-import os
 import pathlib
 import random
 import shutil
@@ -57,14 +57,49 @@ def populate(data_dir: pathlib.Path, files: int) -> dict[str, float]:
                 for index in range(first, min(files, first + POP_BATCH)):
                     ns.create(parent, file_name(index), FileType.REGULAR, 0o644)
             if files >= 10 * POP_BATCH:
-                print(f"    populated {min(files, first + POP_BATCH):,}/{files:,} "
-                      f"({time.perf_counter() - start:.0f} s)", flush=True)
+                print(
+                    f"    populated {min(files, first + POP_BATCH):,}/{files:,} "
+                    f"({time.perf_counter() - start:.0f} s)",
+                    flush=True,
+                )
         ns._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # start the master with an empty WAL
     finally:
         ns.close()
     seconds = time.perf_counter() - start
     db_bytes = sum(p.stat().st_size for p in data_dir.iterdir() if p.name.startswith(DB_FILE))
     return {"seconds": seconds, "files_per_s": files / seconds, "db_mib": db_bytes / 2**20}
+
+
+def store_costs(data_dir: pathlib.Path, files: int, ops: int, repeats: int) -> dict[str, float]:
+    """Microseconds per op of the master's store itself, in-process (no gRPC, no store thread): the
+    SQL cost and how it grows with N. Each op kind runs inside one transaction, so no fsync is
+    counted here (the gRPC numbers include it)."""
+    from curvine_py.master.main import DB_FILE
+    from curvine_py.master.namespace import Namespace
+    from curvine_py.master.types import FileType
+
+    ns = Namespace(str(data_dir / DB_FILE))
+    rng = random.Random(files + 1)
+    samples: dict[str, list[float]] = {op: [] for op in OPS}
+    try:
+        parent = ns.lookup(1, POP_DIR).ino
+        for r in range(repeats):
+            fresh = [f"store-{r}-{i:06d}" for i in range(ops)]
+            existing = [file_name(rng.randrange(files)) for _ in range(ops)]
+            work: dict[str, Callable[[], object]] = {
+                "create": lambda fresh=fresh: [ns.create(parent, n, FileType.REGULAR, 0o644) for n in fresh],
+                "lookup": lambda existing=existing: [ns.lookup(parent, n) for n in existing],
+                "stat": lambda existing=existing: [ns.resolve_path(f"/{POP_DIR}/{n}") for n in existing],
+                "rename": lambda fresh=fresh: [ns.rename(parent, n, parent, n + ".r") for n in fresh],
+                "delete": lambda fresh=fresh: [ns.unlink(parent, n + ".r") for n in fresh],
+            }
+            for op in OPS:
+                with ns.batch():
+                    samples[op].append(common.timed(work[op]) / ops * 1e6)
+        ns._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        ns.close()
+    return {op: common.median(values) for op, values in samples.items()}
 
 
 # -- measurement ---------------------------------------------------------------------------------
@@ -99,6 +134,7 @@ class MetaRun:
     def __init__(self, master: Any, files: int, ops: int, seed: int) -> None:
         from curvine_py.proto.curvine.v1 import common_pb2 as cpb
         from curvine_py.proto.curvine.v1 import master_pb2 as pb
+
         self.master = master
         self.files = files
         self.ops = ops
@@ -116,8 +152,9 @@ class MetaRun:
         existing = [file_name(self.rng.randrange(self.files)) for _ in range(self.ops)]
 
         def create(name: str) -> Callable[[], object]:
-            return lambda: m.create(pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=0o644,
-                                                     exclusive=True))
+            return lambda: m.create(
+                pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=0o644, exclusive=True)
+            )
 
         work: dict[str, list[Callable[[], object]]] = {
             "create": [create(n) for n in fresh],
@@ -140,9 +177,19 @@ def measure_size(files: int, args: Any, root: pathlib.Path) -> dict[str, Any]:
     print(f"  {files:,} files: populating", flush=True)
     data_root = root / f"n{files}"
     population = populate(data_root / "master", files)
-    print(f"    populated in {population['seconds']:.1f} s ({population['files_per_s']:,.0f} files/s, "
-          f"{population['db_mib']:.0f} MiB)", flush=True)
-    out: dict[str, Any] = {"files": files, "population": population, "concurrency": {}}
+    print(
+        f"    populated in {population['seconds']:.1f} s ({population['files_per_s']:,.0f} files/s, "
+        f"{population['db_mib']:.0f} MiB)",
+        flush=True,
+    )
+    store = store_costs(data_root / "master", files, args.ops, args.repeats)
+    print("    store in-process: " + ", ".join(f"{op} {us:.0f} us" for op, us in store.items()), flush=True)
+    out: dict[str, Any] = {
+        "files": files,
+        "population": population,
+        "store_us_per_op": store,
+        "concurrency": {},
+    }
     with Cluster(data_root, workers=0) as cluster:
         master = MasterClient(cluster.master_address, timeout_s=60.0)
         try:
@@ -158,10 +205,14 @@ def measure_size(files: int, args: Any, root: pathlib.Path) -> dict[str, Any]:
                     p = common.Paired(tuple(s for s, _ in pairs), tuple(b for _, b in pairs))
                     summary[op] = p.summary()
                 out["concurrency"][str(threads)] = summary
-                print("    threads %d: %s" % (threads, ", ".join(
+                cells = ", ".join(
                     f"{op} {s['subject_median']:,.0f}/s ({s['ratio_median']:.2f}x floor)"
-                    for op, s in summary.items())) + f"; floor {summary['create']['baseline_median']:,.0f}/s",
-                    flush=True)
+                    for op, s in summary.items()
+                )
+                print(
+                    f"    threads {threads}: {cells}; floor {summary['create']['baseline_median']:,.0f}/s",
+                    flush=True,
+                )
         finally:
             master.close()
     return out
@@ -172,8 +223,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--files", default="10000,1000000", help="namespace sizes (default 10000,1000000)")
     p.add_argument("--ops", type=int, default=1000, help="operations per op kind per repeat (default 1000)")
     p.add_argument("--threads", default="1,8", help="client concurrencies (default 1,8)")
-    p.add_argument("--dir", default="", help="where to build the data dirs (default: a temp dir on /var/tmp, "
-                   "a real disk: fsync cost matters)")
+    p.add_argument(
+        "--dir",
+        default="",
+        help="where to build the data dirs (default: a temp dir on /var/tmp, "
+        "a real disk: fsync cost matters)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.files = "1000,20000" if args.files == "10000,1000000" else args.files
@@ -182,18 +237,29 @@ def main(argv: list[str]) -> int:
     sizes = [int(x) for x in args.files.split(",") if x]
     args.threads = [int(x) for x in args.threads.split(",") if x]
     info = common.machine()
-    print(f"meta: files {sizes}, {args.ops} ops per op kind, threads {args.threads}, {args.repeats} repeats",
-          flush=True)
+    print(
+        f"meta: files {sizes}, {args.ops} ops per op kind, threads {args.threads}, {args.repeats} repeats",
+        flush=True,
+    )
     root = pathlib.Path(tempfile.mkdtemp(prefix="curvine-bench-meta-", dir=args.dir or "/var/tmp"))
     try:
         results = [measure_size(n, args, root) for n in sizes]
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    payload = {"benchmark": "meta", "machine": info,
-               "parameters": {"files": sizes, "ops": args.ops, "threads": args.threads, "repeats": args.repeats,
-                              "quick": args.quick, "layout": f"all files in /{POP_DIR}",
-                              "filesystem": _fs_of(root.parent)},
-               "results": results}
+    payload = {
+        "benchmark": "meta",
+        "machine": info,
+        "parameters": {
+            "files": sizes,
+            "ops": args.ops,
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "quick": args.quick,
+            "layout": f"all files in /{POP_DIR}",
+            "filesystem": _fs_of(root.parent),
+        },
+        "results": results,
+    }
     common.publish("meta", args, payload, render(payload))
     return 0
 
@@ -212,21 +278,31 @@ def _fs_of(path: pathlib.Path) -> str:
 
 def render(payload: dict[str, Any]) -> str:
     params = payload["parameters"]
-    body = ["## Master metadata ops/s", "", common.machine_line(payload["machine"]), "",
+    body = [
+        "## Master metadata ops/s",
+        "",
+        common.machine_line(payload["machine"]),
+        "",
+        (
             f"Real master process over gRPC (`MasterClient`), data dir on {params['filesystem']} (SQLite WAL, "
             f"fsync per commit, group commit). N existing files, {params['layout']}, populated in-process with "
             "the master's store API. Per op kind "
             f"{params['ops']} calls per repeat, median of {params['repeats']} repeats; 'x floor' = op rate / "
             "GetMembership rate at the same concurrency measured just before it (the RPC floor: the same gRPC "
             "and store-thread path, no SQL). create/rename/delete are durable writes; lookup = Lookup(parent, "
-            "name), stat = ResolvePath(path), both of random existing files.", ""]
+            "name), stat = ResolvePath(path), both of random existing files."
+        ),
+        "",
+    ]
     headers = ["files", "threads", "floor ops/s"] + [f"{op} ops/s (x floor)" for op in OPS]
     rows = []
     for r in payload["results"]:
         for threads, summary in r["concurrency"].items():
             floor = common.median(s["baseline_median"] for s in summary.values())
-            rows.append([f"{r['files']:,}", threads, f"{floor:,.0f}"] +
-                        [f"{summary[op]['subject_median']:,.0f} ({summary[op]['ratio_median']:.2f}x)" for op in OPS])
+            rows.append(
+                [f"{r['files']:,}", threads, f"{floor:,.0f}"]
+                + [f"{summary[op]['subject_median']:,.0f} ({summary[op]['ratio_median']:.2f}x)" for op in OPS]
+            )
     body.append(common.table(headers, rows))
     sizes = payload["results"]
     if len(sizes) >= 2:
@@ -241,12 +317,30 @@ def render(payload: dict[str, Any]) -> str:
                 b = large["concurrency"][threads][op]["ratio_median"]
                 cells.append(f"{b / a:.2f}")
             growth.append([threads] + cells)
-        body += ["", f"How cost grows from {small['files']:,} to {large['files']:,} files: op rate at "
-                 f"{large['files']:,} / at {small['files']:,}, both relative to their own floor "
-                 "(1.00 = no slower):", "",
-                 common.table(["threads"] + list(OPS), growth)]
-    pops = ", ".join(f"{r['files']:,} files in {r['population']['seconds']:.0f} s "
-                     f"({r['population']['db_mib']:.0f} MiB)" for r in sizes)
+        body += [
+            "",
+            (
+                f"How cost grows from {small['files']:,} to {large['files']:,} files: op rate at "
+                f"{large['files']:,} / at {small['files']:,}, both relative to their own floor "
+                "(1.00 = no slower):"
+            ),
+            "",
+            common.table(["threads"] + list(OPS), growth),
+        ]
+    store_rows = [[f"{r['files']:,}"] + [f"{r['store_us_per_op'][op]:.0f}" for op in OPS] for r in sizes]
+    body += [
+        "",
+        (
+            "The store alone, in-process (`Namespace` calls, no gRPC, no fsync: each op kind in one "
+            "transaction), microseconds per op: the SQL cost and how it grows with N."
+        ),
+        "",
+        common.table(["files"] + list(OPS), store_rows),
+    ]
+    pops = ", ".join(
+        f"{r['files']:,} files in {r['population']['seconds']:.0f} s ({r['population']['db_mib']:.0f} MiB)"
+        for r in sizes
+    )
     body += ["", f"Population (in-process, store API, 50k creates per transaction): {pops}."]
     return "\n".join(body)
 

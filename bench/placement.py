@@ -16,6 +16,7 @@ sample first); the ring is implemented here, weighted by giving each node 100 * 
 virtual nodes (the unit is fixed at the starting cluster's mean weight, so joins and leaves do not
 re-weight everyone else).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -30,7 +31,7 @@ from bench import common
 from curvine_py.core.hashing import Node, Rendezvous, bulk_owners, hash64
 
 VNODES = 100
-MIXED_WEIGHTS = (1.0, 2.0, 4.0)   # e.g. 1.92 / 3.84 / 7.68 TB NVMe drives side by side
+MIXED_WEIGHTS = (1.0, 2.0, 4.0)  # e.g. 1.92 / 3.84 / 7.68 TB NVMe drives side by side
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +40,17 @@ class Cluster:
     weights: tuple[float, ...]
 
     @classmethod
-    def make(cls, n: int, mixed: bool) -> "Cluster":
+    def make(cls, n: int, mixed: bool) -> Cluster:
         return cls(tuple(f"worker-{i:04d}" for i in range(n)), tuple(_weight(i, mixed) for i in range(n)))
 
-    def joined(self, mixed: bool) -> "Cluster":
+    def joined(self, mixed: bool) -> Cluster:
         n = len(self.ids)
         return Cluster((*self.ids, f"worker-{n:04d}"), (*self.weights, _weight(n, mixed)))
 
-    def without(self, index: int) -> "Cluster":
-        return Cluster(self.ids[:index] + self.ids[index + 1:], self.weights[:index] + self.weights[index + 1:])
+    def without(self, index: int) -> Cluster:
+        return Cluster(
+            self.ids[:index] + self.ids[index + 1 :], self.weights[:index] + self.weights[index + 1 :]
+        )
 
 
 def _weight(index: int, mixed: bool) -> float:
@@ -56,7 +59,9 @@ def _weight(index: int, mixed: bool) -> float:
 
 def key_hashes(count: int) -> np.ndarray:
     """Hashes of realistic LMCache-like keys, with the same hash the client uses."""
-    return np.fromiter((hash64(f"model@tp0@chunk-{i:09d}") for i in range(count)), dtype=np.uint64, count=count)
+    return np.fromiter(
+        (hash64(f"model@tp0@chunk-{i:09d}") for i in range(count)), dtype=np.uint64, count=count
+    )
 
 
 # -- the baseline: a weighted consistent-hash ring -------------------------------------------------
@@ -102,19 +107,26 @@ def random_floor(keys: int, weights: Sequence[float], draws: int = 5, seed: int 
     return common.median(values)
 
 
-def movement(before: Cluster, before_owner: np.ndarray, after: Cluster, after_owner: np.ndarray,
-             changed: str) -> dict[str, float]:
+def movement(
+    before: Cluster, before_owner: np.ndarray, after: Cluster, after_owner: np.ndarray, changed: str
+) -> dict[str, float]:
     """Moved fraction, its ratio to the ideal share, and collateral moves between unchanged nodes."""
     before_ids = np.array(before.ids)[before_owner]
     after_ids = np.array(after.ids)[after_owner]
     moved = before_ids != after_ids
     involved = (before_ids == changed) | (after_ids == changed)
-    all_weights = dict(zip(before.ids, before.weights, strict=True)) | dict(zip(after.ids, after.weights, strict=True))
+    all_weights = dict(zip(before.ids, before.weights, strict=True)) | dict(
+        zip(after.ids, after.weights, strict=True)
+    )
     total = max(sum(before.weights), sum(after.weights))
     ideal = all_weights[changed] / total
     fraction = float(moved.mean())
-    return {"moved": fraction, "ideal": ideal, "moved_over_ideal": fraction / ideal,
-            "collateral": float((moved & ~involved).mean())}
+    return {
+        "moved": fraction,
+        "ideal": ideal,
+        "moved_over_ideal": fraction / ideal,
+        "collateral": float((moved & ~involved).mean()),
+    }
 
 
 def placement_stats(kind: str, cluster: Cluster, keys: np.ndarray, mixed: bool) -> dict[str, Any]:
@@ -174,8 +186,12 @@ def main(argv: list[str]) -> int:
     p = common.parser("placement", __doc__.splitlines()[0])
     p.add_argument("--keys", type=int, default=1_000_000, help="simulated keys (default 1M)")
     p.add_argument("--nodes", default="10,100,1000", help="cluster sizes (default 10,100,1000)")
-    p.add_argument("--lookups", type=int, default=200_000,
-                   help="node-evaluations per timed lookup batch (keys = this / nodes, >= 50)")
+    p.add_argument(
+        "--lookups",
+        type=int,
+        default=200_000,
+        help="node-evaluations per timed lookup batch (keys = this / nodes, >= 50)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.keys, args.nodes, args.lookups = min(args.keys, 100_000), "10,100", 50_000
@@ -192,52 +208,101 @@ def main(argv: list[str]) -> int:
             hrw = placement_stats("hrw", cluster, keys, mixed)
             ring = placement_stats("ring", cluster, keys, mixed)
             cost = lookup_cost(cluster, args.repeats, args.lookups)
-            row = {"nodes": n, "weights": "mixed" if mixed else "equal", "hrw": hrw, "ring": ring,
-                   "random_floor_balance": random_floor(args.keys, cluster.weights),
-                   "lookup_us_per_key": {"hrw": 1 / common.median(cost.subject),
-                                         "ring": 1 / common.median(cost.baseline),
-                                         "hrw_over_ring": 1 / cost.ratio, "raw": cost.summary()}}
+            row = {
+                "nodes": n,
+                "weights": "mixed" if mixed else "equal",
+                "hrw": hrw,
+                "ring": ring,
+                "random_floor_balance": random_floor(args.keys, cluster.weights),
+                "lookup_us_per_key": {
+                    "hrw": 1 / common.median(cost.subject),
+                    "ring": 1 / common.median(cost.baseline),
+                    "hrw_over_ring": 1 / cost.ratio,
+                    "raw": cost.summary(),
+                },
+            }
             rows.append(row)
-            print(f"  {n:>5} nodes {row['weights']:<5}: balance hrw {hrw['balance']:.3f} ring "
-                  f"{ring['balance']:.3f} floor {row['random_floor_balance']:.3f}; join hrw "
-                  f"{hrw['join']['moved_over_ideal']:.2f}x ring {ring['join']['moved_over_ideal']:.2f}x; "
-                  f"lookup hrw {row['lookup_us_per_key']['hrw']:.1f} us ring "
-                  f"{row['lookup_us_per_key']['ring']:.2f} us", flush=True)
-    payload = {"benchmark": "placement", "machine": info,
-               "parameters": {"keys": args.keys, "nodes": sizes, "vnodes": VNODES,
-                              "mixed_weights_cycle": MIXED_WEIGHTS, "repeats": args.repeats,
-                              "quick": args.quick},
-               "results": rows}
+            print(
+                f"  {n:>5} nodes {row['weights']:<5}: balance hrw {hrw['balance']:.3f} ring "
+                f"{ring['balance']:.3f} floor {row['random_floor_balance']:.3f}; join hrw "
+                f"{hrw['join']['moved_over_ideal']:.2f}x ring {ring['join']['moved_over_ideal']:.2f}x; "
+                f"lookup hrw {row['lookup_us_per_key']['hrw']:.1f} us ring "
+                f"{row['lookup_us_per_key']['ring']:.2f} us",
+                flush=True,
+            )
+    payload = {
+        "benchmark": "placement",
+        "machine": info,
+        "parameters": {
+            "keys": args.keys,
+            "nodes": sizes,
+            "vnodes": VNODES,
+            "mixed_weights_cycle": MIXED_WEIGHTS,
+            "repeats": args.repeats,
+            "quick": args.quick,
+        },
+        "results": rows,
+    }
     common.publish("placement", args, payload, render(payload))
     return 0
 
 
 def render(payload: dict[str, Any]) -> str:
     params = payload["parameters"]
-    body = [f"## Placement: weighted rendezvous vs a {params['vnodes']}-vnode ring",
-            "", common.machine_line(payload["machine"]), "",
+    body = [
+        f"## Placement: weighted rendezvous vs a {params['vnodes']}-vnode ring",
+        "",
+        common.machine_line(payload["machine"]),
+        "",
+        (
             f"{params['keys']:,} keys. Balance = max(keys/weight) / ideal (1.00 is perfect; the random floor "
             "is the sampling noise of a perfect hash with this many keys per node, measured in the same run). "
             "Movement = keys whose owner changed / the ideal share of the node that joined or left "
             "(1.00 is the minimum); collateral = keys moved between nodes that did not change (ideal 0). "
             f"Mixed weights cycle {', '.join(f'{w:g}' for w in params['mixed_weights_cycle'])}. "
-            f"Lookup = one scalar `owners(key)` in microseconds (median of {params['repeats']}).", ""]
+            f"Lookup = one scalar `owners(key)` in microseconds (median of {params['repeats']})."
+        ),
+        "",
+    ]
     rows = []
     for r in payload["results"]:
         hrw, ring, lk = r["hrw"], r["ring"], r["lookup_us_per_key"]
-        rows.append([r["nodes"], r["weights"],
-                     f"{hrw['balance']:.3f}", f"{ring['balance']:.3f}", f"{r['random_floor_balance']:.3f}",
-                     f"{hrw['join']['moved_over_ideal']:.2f}x / {ring['join']['moved_over_ideal']:.2f}x",
-                     f"{hrw['leave']['moved_over_ideal']:.2f}x / {ring['leave']['moved_over_ideal']:.2f}x",
-                     f"{hrw['join']['collateral'] + hrw['leave']['collateral']:.4f} / "
-                     f"{ring['join']['collateral'] + ring['leave']['collateral']:.4f}",
-                     f"{lk['hrw']:.1f} / {lk['ring']:.2f}"])
-    body.append(common.table(
-        ["nodes", "weights", "balance HRW", "balance ring", "random floor", "join moved/ideal HRW / ring",
-         "leave moved/ideal HRW / ring", "collateral HRW / ring", "lookup us HRW / ring"], rows))
+        rows.append(
+            [
+                r["nodes"],
+                r["weights"],
+                f"{hrw['balance']:.3f}",
+                f"{ring['balance']:.3f}",
+                f"{r['random_floor_balance']:.3f}",
+                f"{hrw['join']['moved_over_ideal']:.2f}x / {ring['join']['moved_over_ideal']:.2f}x",
+                f"{hrw['leave']['moved_over_ideal']:.2f}x / {ring['leave']['moved_over_ideal']:.2f}x",
+                (
+                    f"{hrw['join']['collateral'] + hrw['leave']['collateral']:.4f} / "
+                    f"{ring['join']['collateral'] + ring['leave']['collateral']:.4f}"
+                ),
+                f"{lk['hrw']:.1f} / {lk['ring']:.2f}",
+            ]
+        )
+    body.append(
+        common.table(
+            [
+                "nodes",
+                "weights",
+                "balance HRW",
+                "balance ring",
+                "random floor",
+                "join moved/ideal HRW / ring",
+                "leave moved/ideal HRW / ring",
+                "collateral HRW / ring",
+                "lookup us HRW / ring",
+            ],
+            rows,
+        )
+    )
     return "\n".join(body)
 
 
 if __name__ == "__main__":
     import sys
+
     raise SystemExit(main(sys.argv[1:]))

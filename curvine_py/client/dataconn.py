@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from curvine_py.client import digests
 from curvine_py.client.buffers import aligned
 from curvine_py.core import frames
 from curvine_py.core.errors import (
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 class Reply:
     header: DataHeader
     payload: memoryview | None   # the received bytes (a slice of the caller's buffer if given)
+    digests: list[int] | None = None   # chunk digests of payload, when asked for (computed while receiving)
 
 
 class WorkerConnection:
@@ -58,9 +60,11 @@ class WorkerConnection:
 
     def request(self, op: frames.Op, header: DataHeader,
                 payload: bytes | bytearray | memoryview | None = None,
-                out: memoryview | None = None) -> Reply:
+                out: memoryview | None = None, *, digest: bool = False) -> Reply:
         """Sends one request and reads its reply. A reply payload lands in `out` when given
-        (InvalidArgument if too small, after draining it) or in a new page-aligned buffer."""
+        (InvalidArgument if too small, after draining it) or in a new page-aligned buffer. With
+        `digest`, the payload's chunk digests are computed as it arrives (digests.py) and returned
+        in `Reply.digests`."""
         request_id = next(self._ids) & frames.MAX_REQUEST_ID
         try:
             blocking.send_frame(self._sock, op, request_id, header, payload)
@@ -68,7 +72,7 @@ class WorkerConnection:
                                                expect_response=True)
             if prefix.op != op or prefix.request_id != request_id:
                 raise ProtocolError(f"reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
-            data = self._receive_payload(prefix.payload_length, out)
+            data, chunk_digests = self._receive_payload(prefix.payload_length, out, digest)
         except TimeoutError:
             self.close()
             raise Timeout(f"worker {self.address[0]}:{self.address[1]} did not answer {op.name} in time") \
@@ -81,17 +85,22 @@ class WorkerConnection:
             raise
         if reply.errno:
             raise from_errno(reply.errno, reply.message)
-        return Reply(reply, data)
+        return Reply(reply, data, chunk_digests)
 
-    def _receive_payload(self, length: int, out: memoryview | None) -> memoryview | None:
+    def _receive_payload(self, length: int, out: memoryview | None,
+                         digest: bool) -> tuple[memoryview | None, list[int] | None]:
         if not length:
-            return None
+            return None, None
         if out is not None and len(out) < length:
             blocking.discard(self._sock, length)
             raise InvalidArgument(f"buffer of {len(out)} bytes is too small for {length}")
         target = out[:length] if out is not None else aligned(length)
+        if digest:
+            sock = self._sock
+            return target, digests.fill_and_digest(
+                target, lambda piece, _offset: blocking.recv_exactly_into(sock, piece))
         blocking.recv_exactly_into(self._sock, target)
-        return target
+        return target, None
 
 
 class ConnectionPool:

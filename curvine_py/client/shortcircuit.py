@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 
+from curvine_py.client import digests
 from curvine_py.client.buffers import aligned
 from curvine_py.core import frames
 from curvine_py.core.errors import InvalidArgument, ProtocolError, Unavailable, from_errno
@@ -86,10 +87,10 @@ class ShortCircuitClient:
             raise from_errno(reply.errno, reply.message)
         return reply, fd
 
-    def read(self, op: frames.Op, header: DataHeader,
-             out: memoryview | None = None) -> tuple[DataHeader, memoryview | None]:
-        """GET or READ_BLOCK through the fd. Returns the reply header and the bytes read (None on
-        a KV miss)."""
+    def read(self, op: frames.Op, header: DataHeader, out: memoryview | None = None,
+             *, digest: bool = False) -> tuple[DataHeader, memoryview | None, list[int] | None]:
+        """GET or READ_BLOCK through the fd. Returns the reply header, the bytes read (None on a
+        KV miss) and, with `digest`, their chunk digests computed as they were read (digests.py)."""
         with self._lock:
             try:
                 if self._sock is None:
@@ -102,19 +103,25 @@ class ShortCircuitClient:
                 raise
         if fd is None:
             if op == frames.Op.GET and not reply.found:
-                return reply, None
+                return reply, None, None
             raise ProtocolError("short-circuit reply without a file descriptor")
         try:
             length = reply.length
             if out is not None and len(out) < length:
                 raise InvalidArgument(f"buffer of {len(out)} bytes is too small for {length}")
             target = out[:length] if out is not None else aligned(length)
-            done = 0
-            while done < length:
-                n = os.preadv(fd, [target[done:]], reply.data_offset + done)
-                if n == 0:
-                    raise ProtocolError(f"stored file ended after {done} of {length} bytes")
-                done += n
-            return reply, target
+
+            def read_into(piece: memoryview, offset: int) -> None:
+                done = 0
+                while done < len(piece):
+                    n = os.preadv(fd, [piece[done:]], reply.data_offset + offset + done)
+                    if n == 0:
+                        raise ProtocolError(f"stored file ended after {offset + done} of {length} bytes")
+                    done += n
+
+            if digest:
+                return reply, target, digests.fill_and_digest(target, read_into)
+            read_into(target, 0)
+            return reply, target, None
         finally:
             os.close(fd)

@@ -19,9 +19,11 @@ from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 log = logging.getLogger(__name__)
 
 
-def verify(payload: memoryview, reply: DataHeader, *, whole: bool) -> bool:
-    """True when the bytes match the digests the worker stored at write time."""
-    digests = layout.chunk_digests(payload)
+def verify(payload: memoryview, reply: DataHeader, *, whole: bool, digests: list[int] | None = None) -> bool:
+    """True when the bytes match the digests the worker stored at write time. `digests` are the
+    payload's chunk digests when already computed as it was received (client/digests.py)."""
+    if digests is None:
+        digests = layout.chunk_digests(payload)
     if list(reply.chunk_checksums) != digests:
         return False
     return not whole or layout.combine(digests) == reply.checksum
@@ -57,13 +59,15 @@ class WorkerIO:
             return client
 
     def call(self, worker: WorkerAddress, op: frames.Op, header: DataHeader,
-             payload: bytes | bytearray | memoryview | None = None, out: memoryview | None = None) -> Reply:
+             payload: bytes | bytearray | memoryview | None = None, out: memoryview | None = None,
+             *, digest: bool = False) -> Reply:
         """One TCP request; a pooled connection that turns out dead (the worker restarted) is
-        replaced once by a fresh one before the error is believed."""
+        replaced once by a fresh one before the error is believed. `digest`: see
+        WorkerConnection.request."""
         for attempt in (1, 2):
             try:
                 with self.pool.connection(worker.host, worker.port) as conn:
-                    return conn.request(op, header, payload, out)
+                    return conn.request(op, header, payload, out, digest=digest)
             except Unavailable:
                 self.pool.drop(worker.host, worker.port)
                 if attempt == 2:
@@ -75,17 +79,18 @@ class WorkerIO:
         """GET or READ_BLOCK with verification. Returns (reply, bytes) or (reply, None) on a miss."""
         if self.is_local(worker):
             try:
-                reply, data = self._short_circuit(worker).read(op, header, out)
+                reply, data, digests = self._short_circuit(worker).read(op, header, out, digest=True)
             except Unavailable as exc:
                 log.info("short-circuit to %s failed (%s), using TCP", worker.worker_id, exc)
             else:
-                return reply, self._checked(worker, op, header, reply, data, whole)
-        answer = self.call(worker, op, header, out=out)
-        return answer.header, self._checked(worker, op, header, answer.header, answer.payload, whole)
+                return reply, self._checked(worker, op, header, reply, data, whole, digests)
+        answer = self.call(worker, op, header, out=out, digest=True)
+        return answer.header, self._checked(worker, op, header, answer.header, answer.payload, whole,
+                                            answer.digests)
 
     def _checked(self, worker: WorkerAddress, op: frames.Op, request: DataHeader, reply: DataHeader,
-                 data: memoryview | None, whole: bool) -> memoryview | None:
-        if data is None or verify(data, reply, whole=whole):
+                 data: memoryview | None, whole: bool, digests: list[int] | None = None) -> memoryview | None:
+        if data is None or verify(data, reply, whole=whole, digests=digests):
             return data
         what = request.key or f"block {request.block_id:x}"
         log.error("checksum mismatch for %s from worker %s: reported, copy dropped", what, worker.worker_id)

@@ -1,0 +1,33 @@
+"""Receiving a payload and computing its chunk digests in one pass.
+
+Why: every read is verified against the per-1 MiB chunk digests the worker stored at write time.
+Hashing a 32 MiB object after the whole of it has arrived reads it back from main memory (it no
+longer fits in the CPU caches): ~3 ms of xxh3 added serially after the receive. Filling the buffer
+one chunk at a time and hashing each chunk right after it lands, while it is still in cache, does
+the same verification for a fraction of that (bench kv: TCP get +5-15%, short-circuit get
++15-35% on 14-32 MiB objects). The bytes verified are exactly the same and nothing is returned
+before every digest is in.
+
+A helper thread hashing chunk i while chunk i+1 arrives was measured too (xxhash and recv_into
+both release the GIL): no better than this on a 2-core machine and worse for short-circuit reads,
+where both are memory-bound, so the simple form stays.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from curvine_py.core import layout
+
+CHUNK = layout.CHUNK_SIZE
+
+
+def fill_and_digest(view: memoryview, read_into: Callable[[memoryview, int], None]) -> list[int]:
+    """Fills `view` by calling `read_into(piece, offset)` for consecutive pieces of at most CHUNK
+    bytes (each call must fill its piece completely) and returns the chunk digests of `view`
+    (what `layout.chunk_digests(view)` would return afterwards)."""
+    digests = []
+    for start in range(0, len(view), CHUNK):
+        piece = view[start:start + CHUNK]
+        read_into(piece, start)
+        digests.append(layout.checksum(piece))
+    return digests
