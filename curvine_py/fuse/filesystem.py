@@ -359,7 +359,8 @@ class Filesystem:
                 opened.handles -= 1
                 raise
         else:
-            file = await self._data(self._new_file, attr, known)
+            # A known (empty) block map needs no round trip: build it here, without a thread hop.
+            file = self._new_file(attr, known) if known is not None else await self._data(self._new_file, attr, None)
             opened = self.handles.open_files.get(ino)   # another open may have won meanwhile
             if opened is None:
                 opened = self.handles.open_files[ino] = OpenFile(ino, file, self._mode_of(file))
@@ -431,7 +432,10 @@ class Filesystem:
                 # Close it here, in a thread: left to the garbage collector, io.RawIOBase.__del__
                 # would retry a failed commit on whatever thread collects it (even trio's).
                 try:
-                    await self._data(opened.file.close)
+                    if opened.file.dirty:
+                        await self._data(opened.file.close)
+                    else:
+                        opened.file.close()     # nothing to commit: no I/O, no thread hop
                 except CurvineError as exc:
                     log.error("inode %d: closing after a failed commit failed too: %s", opened.ino, exc)
                 if opened.unlinked:

@@ -29,6 +29,8 @@ from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 log = logging.getLogger(__name__)
 
+DATA_THREADS = 8    # concurrent data calls (reads, writes, commits); 2-core machines gain nothing beyond
+
 
 def client_for(options: MountOptions) -> CurvineClient:
     """Per-call timeouts sit below the mount's deadline, so a thread abandoned at the deadline
@@ -37,6 +39,9 @@ def client_for(options: MountOptions) -> CurvineClient:
         "master": options.master, "token": options.token or None, "node": options.node or None,
         "rpc_timeout_s": min(5.0, options.deadline_s * 0.5),
         "data_timeout_s": max(0.5, options.deadline_s * 0.8),
+        # as many pooled connections per worker as data calls may run at once: a request that
+        # finds the pool empty would open (and later close) a connection of its own
+        "connections_per_worker": DATA_THREADS,
     })
     return CurvineClient(config=config)
 
@@ -49,7 +54,7 @@ def resolve_root(client: CurvineClient, subdir: str) -> int:
 
 
 async def serve(options: MountOptions, client: CurvineClient, root: int) -> None:
-    offload = Offload(deadline_s=options.deadline_s)
+    offload = Offload(deadline_s=options.deadline_s, data_threads=DATA_THREADS)
     fs = Filesystem(client, offload, root=root, node=client.node, read_only=options.read_only,
                     attr_ttl=options.attr_timeout)
     ops = Operations(fs, Timeouts(options.attr_timeout, options.entry_timeout, options.negative_timeout),

@@ -1,0 +1,311 @@
+"""`curvine-py bench fuse`: the FUSE mount against the client library, on one cluster, in one run.
+
+Measured (each repeat runs the library baseline and the mount back to back; ratios are medians of
+the per-repeat ratios, see bench/common.py):
+- sequential write of a file in 1 MiB writes, close/commit included (GB/s);
+- sequential read of it in 1 MiB reads into a page-aligned buffer (GB/s);
+- 4 KiB random reads: through the page cache and with O_DIRECT (ops/s);
+- metadata: create (open O_CREAT + close), stat, unlink, from 1 thread and from --threads threads,
+  each thread in its own directory as mdtest -u does (ops/s). Stats are measured twice: "warm" right after the creates (the kernel's 1 s entry and
+  attribute caches answer) and "cold" after those caches expired (every stat reaches the mount and
+  the master). The library side does the same master calls (Create, Lookup, Unlink).
+- fio jobs on the mount (Debian's fio; --iomem=mmap, page-aligned buffers as ARCHITECTURE.md
+  explains): 1 MiB sequential write and read, 4 KiB random read (O_DIRECT, 4 jobs).
+
+Both sides use the same node name, so both take the same data path (TCP to the worker; with
+--local they are on the worker's node and both use short-circuit reads).
+Targets (issue 3): sequential read and write through the mount >= 0.8x the library; >= 1,000
+creates/s and >= 3,000 stats/s through the mount.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import random
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from bench import common
+from curvine_py.client import CurvineClient
+from curvine_py.client.buffers import aligned
+from curvine_py.client.files import CurvineFile
+from curvine_py.core.errors import NotFound
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.proto.curvine.v1 import master_pb2 as pb
+from tests.fuse.mounts import Mount
+from tests.harness import Cluster
+
+MiB = 1 << 20
+NAME = "fuse"
+TARGETS = {"seq_write_ratio": 0.8, "seq_read_ratio": 0.8, "creates_per_s": 1000, "stats_per_s": 3000}
+
+
+def parser() -> Any:
+    p = common.parser(NAME, __doc__.splitlines()[0])
+    p.add_argument("--size-mib", type=int, default=256, help="sequential file size (default 256)")
+    p.add_argument("--files", type=int, default=1000, help="files per metadata repeat (default 1000)")
+    p.add_argument("--random-reads", type=int, default=2000, help="4 KiB reads per repeat (default 2000)")
+    p.add_argument("--threads", type=int, default=4, help="threads for the parallel metadata runs")
+    p.add_argument("--local", action="store_true", help="mount and library on the worker's node (short-circuit)")
+    p.add_argument("--no-fio", action="store_true", help="skip the fio jobs")
+    return p
+
+
+class Bench:
+    def __init__(self, client: CurvineClient, mount: pathlib.Path, node: str) -> None:
+        self.client = client
+        self.mount = mount
+        self.node = node
+        self.buffer = aligned(MiB)
+        self.serial = 0
+
+    def _fresh(self, prefix: str) -> str:
+        self.serial += 1
+        return f"{prefix}-{self.serial}"
+
+    # -- sequential ----------------------------------------------------------------------------
+    def lib_write(self, name: str, size: int) -> float:
+        chunk = os.urandom(MiB)
+        started = time.perf_counter()
+        attr = self.client.master.create(pb.CreateRequest(parent=1, name=name, type=cpb.REGULAR, mode=0o644))
+        handle = CurvineFile(self.client.blocks, attr, node=self.node, writable=True,
+                             blocks=pb.BlocksReply(attr=attr))
+        for offset in range(0, size, MiB):
+            handle.pwrite(offset, chunk)
+        handle.close()
+        return common.gbps(size, time.perf_counter() - started)
+
+    def mount_write(self, name: str, size: int) -> float:
+        chunk = os.urandom(MiB)
+        started = time.perf_counter()
+        fd = os.open(self.mount / name, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        try:
+            for _ in range(0, size, MiB):
+                os.write(fd, chunk)
+        finally:
+            os.close(fd)
+        return common.gbps(size, time.perf_counter() - started)
+
+    def lib_read(self, name: str) -> float:
+        started = time.perf_counter()
+        attr = self.client.master.lookup(1, name)
+        handle = CurvineFile(self.client.blocks, attr, node=self.node, writable=False)
+        total = 0
+        while n := handle.pread_into(total, self.buffer):
+            total += n
+        handle.close()
+        return common.gbps(total, time.perf_counter() - started)
+
+    def mount_read(self, name: str) -> float:
+        started = time.perf_counter()
+        total = 0
+        with open(self.mount / name, "rb", buffering=0) as fh:
+            while n := fh.readinto(self.buffer):
+                total += n
+        return common.gbps(total, time.perf_counter() - started)
+
+    # -- random 4 KiB --------------------------------------------------------------------------
+    def lib_random(self, name: str, size: int, count: int, seed: int) -> float:
+        rng = random.Random(seed)
+        attr = self.client.master.lookup(1, name)
+        handle = CurvineFile(self.client.blocks, attr, node=self.node, writable=False)
+        out = self.buffer[:4096]
+        started = time.perf_counter()
+        for _ in range(count):
+            handle.pread_into(rng.randrange(0, size // 4096) * 4096, out)
+        return count / (time.perf_counter() - started)
+
+    def mount_random(self, name: str, size: int, count: int, seed: int, direct: bool) -> float:
+        rng = random.Random(seed)
+        fd = os.open(self.mount / name, os.O_RDONLY | (os.O_DIRECT if direct else 0))
+        out = self.buffer[:4096]
+        try:
+            started = time.perf_counter()
+            for _ in range(count):
+                os.preadv(fd, [out], rng.randrange(0, size // 4096) * 4096)
+            return count / (time.perf_counter() - started)
+        finally:
+            os.close(fd)
+
+    # -- metadata ------------------------------------------------------------------------------
+    def lib_meta(self, files: int, threads: int) -> dict[str, float]:
+        directory = self._fresh("lib-meta")
+        top = self.client.master.create(pb.CreateRequest(parent=1, name=directory, type=cpb.DIRECTORY,
+                                                         mode=0o755)).ino
+        groups = []
+        for t in range(threads):     # one directory per thread, as mdtest -u (see mount_meta)
+            parent = self.client.master.create(pb.CreateRequest(parent=top, name=f"t{t}", type=cpb.DIRECTORY,
+                                                                mode=0o755)).ino
+            groups.append([(parent, f"f{i:06d}") for i in range(t, files, threads)])
+
+        def create(item: tuple[int, str]) -> None:
+            try:   # what the kernel does for open(O_CREAT): LOOKUP (a miss), then CREATE
+                self.client.master.lookup(*item)
+            except NotFound:
+                pass
+            self.client.master.create(pb.CreateRequest(parent=item[0], name=item[1], type=cpb.REGULAR,
+                                                       mode=0o644))
+
+        return {
+            "create": _rate(create, groups),
+            "stat": _rate(lambda item: self.client.master.lookup(*item), groups),
+            "unlink": _rate(lambda item: self.client.master.unlink(*item), groups),
+        }
+
+    def mount_meta(self, files: int, threads: int, entry_timeout: float) -> dict[str, float]:
+        # One directory per thread: the kernel serialises creates and unlinks within a directory
+        # (the VFS holds the directory's lock), so parallel creators use their own, as mdtest -u.
+        top = self.mount / self._fresh("mnt-meta")
+        top.mkdir()
+        groups = []
+        for t in range(threads):
+            (top / f"t{t}").mkdir()
+            groups.append([top / f"t{t}" / f"f{i:06d}" for i in range(t, files, threads)])
+        result = {"create": _rate(lambda p: os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)), groups),
+                  "stat_warm": _rate(os.stat, groups)}
+        time.sleep(entry_timeout + 0.2)     # the kernel's entries and attributes expire
+        result["stat"] = _rate(os.stat, groups)
+        result["unlink"] = _rate(os.unlink, groups)
+        return result
+
+
+def _rate(action: Callable[[Any], object], groups: list[list[Any]]) -> float:
+    """Operations per second, one thread per group."""
+    def run(group: list[Any]) -> None:
+        for item in group:
+            action(item)
+
+    started = time.perf_counter()
+    if len(groups) == 1:
+        run(groups[0])
+    else:
+        with ThreadPoolExecutor(len(groups)) as pool:
+            list(pool.map(run, groups))
+    return sum(len(g) for g in groups) / (time.perf_counter() - started)
+
+
+def run_fio(mount: pathlib.Path, size_mib: int, quick: bool) -> dict[str, Any]:
+    if shutil.which("fio") is None:
+        return {"skipped": "fio is not installed"}
+    directory = mount / "fio"
+    directory.mkdir(exist_ok=True)
+    runtime = "5" if quick else "15"
+    jobs = {
+        "seq_write_1m": ["--rw=write", "--bs=1M", f"--size={size_mib}M", "--end_fsync=1"],
+        "seq_read_1m": ["--rw=read", "--bs=1M", f"--size={size_mib}M"],
+        "rand_read_4k_direct_4jobs": ["--rw=randread", "--bs=4k", f"--size={size_mib}M", "--direct=1",
+                                      "--numjobs=4", "--group_reporting", f"--runtime={runtime}", "--time_based"],
+    }
+    results: dict[str, Any] = {}
+    for name, extra in jobs.items():
+        out = subprocess.run(["fio", "--name", name, f"--directory={directory}", "--ioengine=psync",
+                              "--iomem=mmap", "--output-format=json", "--filename_format=$jobname.dat",
+                              *extra], capture_output=True, text=True, timeout=600, check=False)
+        if out.returncode != 0:
+            results[name] = {"error": out.stderr.strip()[-500:]}
+            continue
+        job = json.loads(out.stdout)["jobs"][0]
+        side = job["write"] if "write" in name else job["read"]
+        results[name] = {"bw_mib_s": round(side["bw_bytes"] / MiB, 1), "iops": round(side["iops"], 1),
+                         "lat_mean_us": round(side["lat_ns"]["mean"] / 1000, 1)}
+    return results
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    repeats = 3 if args.quick else args.repeats
+    size = (32 if args.quick else args.size_mib) * MiB
+    files = 200 if args.quick else args.files
+    randoms = 300 if args.quick else args.random_reads
+    info = common.machine()
+    with tempfile.TemporaryDirectory(prefix="bench-fuse-") as tmp:
+        root = pathlib.Path(tmp)
+        worker_node = "bench-node"
+        node = worker_node if args.local else "bench-client"
+        with Cluster(root / "cluster", workers=1, node_names=[worker_node]) as cluster:
+            client = cluster.client(node=node)
+            with Mount(cluster.master_address, root / "mnt", args=["--node", node], env={"CURVINE_FUSE_FAIL_FAST": "0"}) as mount:
+                bench = Bench(client, mount.path, node)
+                results: dict[str, Any] = {}
+                print(f"sequential {size // MiB} MiB x {repeats}...", flush=True)
+                write = common.paired(lambda: bench.mount_write(bench._fresh("seq-mnt"), size),
+                                      lambda: bench.lib_write(bench._fresh("seq-lib"), size), repeats)
+                results["seq_write_1m"] = write.summary()
+                bench.mount_write("read-me", size)
+                read = common.paired(lambda: bench.mount_read("read-me"), lambda: bench.lib_read("read-me"), repeats)
+                results["seq_read_1m"] = read.summary()
+                print("random 4 KiB...", flush=True)
+                results["rand_read_4k_buffered"] = common.paired(
+                    lambda: bench.mount_random("read-me", size, randoms, 1, direct=False),
+                    lambda: bench.lib_random("read-me", size, randoms, 1), repeats).summary()
+                results["rand_read_4k_direct"] = common.paired(
+                    lambda: bench.mount_random("read-me", size, randoms, 2, direct=True),
+                    lambda: bench.lib_random("read-me", size, randoms, 2), repeats).summary()
+                print("metadata...", flush=True)
+                for threads in sorted({1, args.threads}):
+                    runs = [(bench.lib_meta(files, threads), bench.mount_meta(files, threads, 1.0))
+                            for _ in range(repeats)]
+                    for op in ("create", "stat", "unlink"):
+                        results[f"{op}_t{threads}"] = common.Paired(
+                            tuple(m[op] for _, m in runs), tuple(lib[op] for lib, _ in runs)).summary()
+                    results[f"stat_warm_t{threads}"] = {"subject_median": common.median(m["stat_warm"] for _, m in runs)}
+                fio = {} if args.no_fio else run_fio(mount.path, min(size // MiB, 256), args.quick)
+    payload = {"machine": info, "config": {"size_mib": size // MiB, "files": files, "random_reads": randoms,
+                                            "threads": args.threads, "repeats": repeats, "local": args.local},
+               "targets": TARGETS, "results": results, "fio": fio}
+    common.publish(NAME, args, payload, doc_section(info, payload))
+    return 0
+
+
+def doc_section(info: dict[str, Any], payload: dict[str, Any]) -> str:
+    r = payload["results"]
+    c = payload["config"]
+    threads = c["threads"]
+
+    def gb(key: str) -> list[str]:
+        return [f"{r[key]['subject_median']:.2f} GB/s", f"{r[key]['baseline_median']:.2f} GB/s",
+                f"{r[key]['ratio_median']:.2f}x"]
+
+    def ops(key: str) -> list[str]:
+        return [f"{r[key]['subject_median']:,.0f}/s", f"{r[key]['baseline_median']:,.0f}/s",
+                f"{r[key]['ratio_median']:.2f}x"]
+
+    rows = [
+        ["sequential write, 1 MiB writes (close included)", *gb("seq_write_1m"), ">= 0.8x"],
+        ["sequential read, 1 MiB reads", *gb("seq_read_1m"), ">= 0.8x"],
+        ["random read 4 KiB, page cache", *ops("rand_read_4k_buffered"), ""],
+        ["random read 4 KiB, O_DIRECT", *ops("rand_read_4k_direct"), ""],
+    ]
+    for t in sorted({1, threads}):
+        rows += [
+            [f"create, {t} thread(s)", *ops(f"create_t{t}"), ">= 1,000/s"],
+            [f"stat (kernel caches expired), {t} thread(s)", *ops(f"stat_t{t}"), ">= 3,000/s"],
+            [f"stat right after create (kernel caches), {t} thread(s)",
+             f"{r[f'stat_warm_t{t}']['subject_median']:,.0f}/s", "", "", ""],
+            [f"unlink, {t} thread(s)", *ops(f"unlink_t{t}"), ""],
+        ]
+    body = [
+        "## FUSE mount vs client library (`curvine-py bench fuse`)",
+        "",
+        common.machine_line(info),
+        (f"One master and one worker on loopback; the mount and the library use the same node name "
+        f"({'the worker' + chr(39) + 's: short-circuit reads' if c['local'] else 'not the worker' + chr(39) + 's: TCP'}). "
+        f"{c['size_mib']} MiB file, {c['files']} files per metadata run, {c['random_reads']} random reads, "
+        f"medians of {c['repeats']} paired repeats."),
+        "",
+        common.table(["operation", "mount", "library", "mount / library", "target"], rows),
+    ]
+    fio = payload.get("fio") or {}
+    if fio and "skipped" not in fio:
+        body += ["", "fio on the mount (psync, --iomem=mmap):", "",
+                 common.table(["job", "MiB/s", "IOPS", "mean latency"],
+                              [[name, v.get("bw_mib_s", "-"), v.get("iops", "-"),
+                                f"{v['lat_mean_us']} us" if "lat_mean_us" in v else v.get("error", "-")]
+                               for name, v in fio.items()])]
+    return "\n".join(body)
