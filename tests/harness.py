@@ -4,6 +4,10 @@ loopback (ports bound as 0 and read from each ready line), each with its own dat
     with Cluster(tmp_path, workers=3) as cluster:
         client = cluster.client()
         cluster.kill_worker(0); cluster.restart_worker(0)
+
+`host=` binds the master and every worker to that address instead (e.g. tests/netns.py's
+`lab.root_address`, so processes in other network namespaces reach them); a non-loopback address
+needs a token (or `--insecure` in the role args).
 """
 from __future__ import annotations
 
@@ -22,8 +26,9 @@ FAST_LEASES = ["--lease-ms", "2000", "--heartbeat-ms", "300"]
 class Cluster:
     def __init__(self, root: pathlib.Path, *, workers: int = 1, token: str = "",
                  capacity: str = "", master_args: Sequence[str] = (), worker_args: Sequence[str] = (),
-                 node_names: Sequence[str] | None = None, echo: bool = False) -> None:
+                 node_names: Sequence[str] | None = None, echo: bool = False, host: str = "") -> None:
         self.root = pathlib.Path(root)
+        self.host = host
         self.token = token
         self.capacity = capacity
         self._master_args = [*FAST_LEASES, *master_args]
@@ -60,11 +65,14 @@ class Cluster:
     def _token_args(self) -> list[str]:
         return ["--token", self.token] if self.token else []
 
+    def _host_args(self) -> list[str]:
+        return ["--host", self.host] if self.host else []
+
     def start_master(self, port: int = 0) -> RoleProcess:
         port = port or (int(self.master.address.rsplit(":", 1)[1]) if self.master else 0)
         self.master = start("master", curvine_command(
-            "master", "--data-dir", str(self.root / "master"), "--port", str(port), *self._token_args(),
-            *self._master_args), ready_prefix="master=", echo=self._echo)
+            "master", "--data-dir", str(self.root / "master"), "--port", str(port), *self._host_args(),
+            *self._token_args(), *self._master_args), ready_prefix="master=", echo=self._echo)
         return self.master
 
     def worker_dir(self, index: int) -> pathlib.Path:
@@ -77,7 +85,8 @@ class Cluster:
         spec = f"{data_dir}:{self.capacity}" if self.capacity else str(data_dir)
         worker = start(f"worker{index}", curvine_command(
             "worker", "--master", self.master.address, "--data-dir", spec, "--port", str(port),
-            "--node", self._node_names[index], *self._token_args(), *self._worker_args, *extra),
+            "--node", self._node_names[index], *self._host_args(), *self._token_args(), *self._worker_args,
+            *extra),
             ready_prefix="worker=", echo=self._echo)
         self.workers[index] = worker
         return worker

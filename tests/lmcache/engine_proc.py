@@ -14,7 +14,12 @@ copies into a destination buffer that is compared byte for byte.
 Ops: ``store`` (engine.store of all tokens), ``flush`` (wait until every remote backend has no put
 in flight: remote puts are fire-and-forget), ``lookup`` (prefix hit tokens), ``retrieve`` (tokens
 retrieved + bit-exactness of the retrieved range), ``contains`` (per-chunk remote contains),
-``miss`` (lookup of tokens from another seed, which nobody stored: must be 0).
+``miss`` (lookup of tokens from another seed, which nobody stored: must be 0), ``keys`` (the
+chunk keys as stored remotely, CacheEngineKey.to_string()), ``reseed`` (switch to the next token
+sequence and KV bytes: seed + RESEED_STEP, so one process can work on a second, fresh prefix),
+``barrier`` (a rendezvous with the test while the engine stays alive, e.g. to restart a server
+mid-run: writes the ops done so far to ``<barrier_dir>/reached-N`` and waits for
+``<barrier_dir>/go-N``, N = 1, 2...).
 
 The process ends with os._exit: RedisConnector/RESPConnector.close() deadlock in 0.5.6
 (notes 4.3), and nothing here needs a clean engine teardown.
@@ -38,6 +43,7 @@ sys.stdout = sys.stderr
 import torch
 
 MISS_SEED_OFFSET = 1_000_003
+RESEED_STEP = 1_009
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
            "uint8": torch.uint8}
 
@@ -168,6 +174,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     engine.post_init()
     init_s = time.perf_counter() - t0
     tokens = torch.tensor(make_tokens(seed, n_tokens), dtype=torch.long)
+    barriers = 0
     chunk_bytes = 2 * layers * chunk * heads * head_dim * source.element_size()
     remotes = _remote_backends(engine)
     tracker = PutTracker()
@@ -203,6 +210,19 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             # Tokens nobody stored (another seed): every tier must answer 0.
             other = torch.tensor(make_tokens(seed + MISS_SEED_OFFSET, n_tokens), dtype=torch.long)
             entry["hit_tokens"] = int(engine.lookup(other))
+        elif op == "keys":
+            entry["keys"] = [key.to_string() for _, _, key in engine.token_database.process_tokens(tokens=tokens)]
+        elif op == "reseed":
+            seed += RESEED_STEP
+            kv_seed += RESEED_STEP
+            tokens = torch.tensor(make_tokens(seed, n_tokens), dtype=torch.long)
+            source.copy_(make_kv(kv_seed, layers, n_tokens, heads * head_dim, dtype))
+            entry["seed"] = seed
+        elif op == "barrier":
+            barriers += 1
+            entry["barrier"] = barriers
+            _rendezvous(str(job["barrier_dir"]), barriers, float(job.get("barrier_timeout", 120)),
+                        result["ops"])
         elif op == "contains":
             keys = [key for _, _, key in engine.token_database.process_tokens(tokens=tokens)]
             entry["chunks"] = {name: [bool(b.contains(k)) for k in keys] for name, b in remotes.items()}
@@ -224,6 +244,21 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         entry["seconds"] = time.perf_counter() - t0
         result["ops"].append(entry)
     return result
+
+
+def _rendezvous(directory: str, number: int, timeout: float, done: list[dict[str, Any]]) -> None:
+    """Tells the test this engine reached barrier `number` (the marker holds the ops done so far,
+    as JSON), then waits for its go."""
+    marker = os.path.join(directory, f"reached-{number}")
+    with open(marker + ".tmp", "w") as out:
+        json.dump(done, out)
+    os.replace(marker + ".tmp", marker)
+    go = os.path.join(directory, f"go-{number}")
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(go):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no go for barrier {number} within {timeout:.0f}s")
+        time.sleep(0.01)
 
 
 def main(argv: list[str]) -> None:

@@ -146,6 +146,7 @@ class EngineJob:
     model: Model = Model()
     flush_timeout: float = 60.0
     require_remote: bool = True
+    barrier_dir: str | None = None   # set by EngineProcess for jobs with "barrier" ops
 
     def to_json(self) -> str:
         job = asdict(self)
@@ -191,6 +192,87 @@ def run_engine(job: EngineJob, *, prefix: Sequence[str] = (), env: Mapping[str, 
     if check and not result.ok:
         raise AssertionError(f"engine process failed: {result.describe()}")
     return result
+
+
+class EngineProcess:
+    """An engine process the test interacts with while it runs (`run_engine` only waits for the
+    end): its job's "barrier" ops stop it until `release(n)`, so a test can, say, kill -9 and
+    restart a server between two ops of ONE engine (whose connections must then recover).
+
+        with EngineProcess(EngineJob(cfg, ["retrieve", "barrier", "retrieve"])) as engine:
+            engine.wait_barrier(1); restart_something(); engine.release(1)
+            result = engine.result()
+    """
+
+    def __init__(self, job: EngineJob, *, prefix: Sequence[str] = (), env: Mapping[str, str] | None = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        self._dir = pathlib.Path(tempfile.mkdtemp(prefix="curvine-engine-"))
+        self.job = EngineJob(**{**asdict(job), "model": job.model, "barrier_dir": str(self._dir)})
+        self._prefix = list(prefix)
+        self._env = env
+        self._timeout = timeout
+        self._deadline = 0.0
+        self._proc: subprocess.Popen[str] | None = None
+        self._t0 = 0.0
+
+    def start(self) -> Self:
+        self._t0 = time.perf_counter()
+        self._deadline = time.monotonic() + self._timeout
+        with open(self._dir / "stderr", "w") as stderr:
+            self._proc = subprocess.Popen(
+                [*self._prefix, PYTHON, "-m", "tests.lmcache.engine_proc", self.job.to_json()], cwd=REPO_ROOT,
+                env=lmcache_env(self._env), stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
+                text=True, start_new_session=True)
+        return self
+
+    def wait_barrier(self, number: int) -> list[dict[str, Any]]:
+        """Waits until the engine reached its `number`th barrier; returns the ops it has done."""
+        assert self._proc is not None
+        marker = self._dir / f"reached-{number}"
+        while not marker.exists():
+            if self._proc.poll() is not None:
+                raise AssertionError(f"engine exited before barrier {number}: {self.result(check=False).describe()}")
+            if time.monotonic() > self._deadline:
+                raise TimeoutError(f"engine did not reach barrier {number}:\n{_tail(self._stderr())}")
+            time.sleep(0.02)
+        done: list[dict[str, Any]] = json.loads(marker.read_text())
+        return done
+
+    def release(self, number: int) -> None:
+        (self._dir / f"go-{number}").touch()
+
+    def _stderr(self) -> str:
+        try:
+            return (self._dir / "stderr").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def result(self, *, check: bool = True) -> EngineResult:
+        assert self._proc is not None
+        try:
+            stdout, _ = self._proc.communicate(timeout=max(1.0, self._deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise
+        lines = [line for line in stdout.splitlines() if line.startswith("{")]
+        data: dict[str, Any] = json.loads(lines[-1]) if lines else {"ok": False, "error": "no JSON line"}
+        result = EngineResult(data, self._proc.returncode, self._stderr(), time.perf_counter() - self._t0)
+        if check and not result.ok:
+            raise AssertionError(f"engine process failed: {result.describe()}")
+        return result
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def store_and_retrieve(config: Mapping[str, Any], *, reader_config: Mapping[str, Any] | None = None,
@@ -390,9 +472,12 @@ class MPServer(Background):
         self.chunk_size = chunk_size
         self.l1_size_gb = l1_size_gb
         self.extra_args = list(extra_args)
-        self.port = free_port(host)
-        self.http_port = free_port(host)
-        self.prometheus_port = free_port(host)
+        # Inside a namespace (`prefix`) the host may not exist here: probe loopback (the fresh
+        # namespace has nothing listening anyway).
+        probe = host if not self.prefix else "127.0.0.1"
+        self.port = free_port(probe)
+        self.http_port = free_port(probe)
+        self.prometheus_port = free_port(probe)
 
     @property
     def rpc_url(self) -> str:
@@ -553,7 +638,7 @@ def servers(*items: Background) -> Iterator[tuple[Background, ...]]:
 
 
 __all__ = [
-    "Background", "EngineJob", "EngineResult", "MPServer", "Model", "RedisServer", "StockLMServer",
+    "Background", "EngineJob", "EngineProcess", "EngineResult", "MPServer", "Model", "RedisServer", "StockLMServer",
     "ToolResult", "engine_config", "free_port", "lmcache_available", "lmcache_env", "require_lmcache",
     "run_engine", "run_l2_basic_check", "run_l2_bench", "run_remote_basic_check", "run_server_bench", "servers",
     "store_and_retrieve",
