@@ -205,7 +205,8 @@ class EngineProcess:
     """
 
     def __init__(self, job: EngineJob, *, prefix: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, start: bool = True) -> None:
+        self._start_on_enter = start
         self._dir = pathlib.Path(tempfile.mkdtemp(prefix="curvine-engine-"))
         self.job = EngineJob(**{**asdict(job), "model": job.model, "barrier_dir": str(self._dir)})
         self._prefix = list(prefix)
@@ -268,7 +269,8 @@ class EngineProcess:
             self._proc.wait()
 
     def __enter__(self) -> Self:
-        return self.start()
+        """Starts the engine, unless constructed with start=False (then call start() later)."""
+        return self.start() if self._start_on_enter else self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
