@@ -6,10 +6,14 @@ import pathlib
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.harness import Cluster
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
+# The machine is shared and noisy: property tests check behaviour, never timing.
+settings.register_profile("curvine", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("curvine")
 
 
 @pytest.fixture
