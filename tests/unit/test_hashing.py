@@ -11,6 +11,9 @@ from curvine_py.core.hashing import Node, Rendezvous, bulk_owners, hash64
 
 KEYS = 600_000
 RNG_KEYS = np.random.default_rng(7).integers(0, 2**63, size=KEYS, dtype=np.int64).astype(np.uint64)
+# Balance is statistical: with weights 1..4 the lightest node expects ~8k of 2M keys (std ~1.1%),
+# so max/avg <= 1.05 measures the hashing, not the sample size.
+BALANCE_KEYS = np.random.default_rng(11).integers(0, 2**63, size=2_000_000, dtype=np.int64).astype(np.uint64)
 
 weights_100 = st.lists(st.integers(min_value=1, max_value=4), min_size=100, max_size=100)
 
@@ -34,12 +37,12 @@ def test_bulk_and_scalar_placement_agree() -> None:
     assert [ids[i] for i in owners] == [ring.owners(k)[0] for k in keys]
 
 
-@settings(max_examples=3, deadline=None)
+@settings(max_examples=2, deadline=None)
 @given(weights_100)
 def test_balance_over_100_weighted_nodes(weights: list[int]) -> None:
     ids = [f"n{i}" for i in range(100)]
-    counts = np.bincount(bulk_owners(ids, weights, RNG_KEYS), minlength=100)
-    expected = np.array(weights) / sum(weights) * KEYS
+    counts = np.bincount(bulk_owners(ids, weights, BALANCE_KEYS), minlength=100)
+    expected = np.array(weights) / sum(weights) * len(BALANCE_KEYS)
     assert (counts / expected).max() <= 1.05
 
 
