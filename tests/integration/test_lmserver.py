@@ -85,3 +85,20 @@ def test_oversized_put_is_refused_before_its_payload(tmp_path: pathlib.Path) -> 
         sock.sendall(lmproto.encode_request(lmproto.Command.PUT, "too-big", meta))
         assert sock.recv(1) == b"", "closed without reading 8 MiB"
         assert not exist(connect(lm_address(cluster, 0)), "too-big")
+
+
+def test_objects_of_changing_sizes_on_one_connection(lm_cluster: Cluster) -> None:
+    """A session reuses one receive buffer: objects larger and smaller than the last one still
+    come back whole and exactly their own length (never a stale tail of a bigger one)."""
+    sock = connect(lm_address(lm_cluster, 0))
+    sizes = [64 * 1024, (1 << 20) + 3, 100 * 1024, 7, (3 << 20) + 5, 4096]
+    stored = {}
+    for i, size in enumerate(sizes):
+        key = f"vllm@sizes@1@0@{i:x}@bfloat16"
+        data = random_bytes(size, seed=100 + i)
+        meta = lmproto.ObjectMeta(size, lmproto.MemoryFormat.BINARY, lmproto.Dtype.UINT8, (size, 0, 0, 0))
+        put(sock, key, data, meta)
+        stored[key] = data
+    for key in [*stored, *reversed(stored)]:
+        reply, payload = get(sock, key)
+        assert reply.ok and reply.meta.length == len(stored[key]) and payload == stored[key], key

@@ -1,0 +1,546 @@
+"""`curvine-py bench lmcache`: KV chunks through LMCache 0.5.6's own connectors, all in one run.
+
+Part 1, 32 MiB chunks (Llama-3-8B: 256 tokens x 32 layers x 8 KV heads x 128 x bf16), every
+server on loopback, the client a separate process (`--child`) holding the real LMCache objects
+(LMCacheEngineConfig, LocalCPUBackend, RemoteBackend, the connector LMCache creates for the URL or
+plugin), timing what LMCache's storage manager calls:
+
+    put  RemoteBackend.batched_submit_put_task(keys, objs) until every key's completion callback,
+         then one contains(last key) round trip (lm:// PUTs have no reply: this makes every backend
+         "stored and visible")
+    get  RemoteBackend.batched_get_blocking(keys): the synchronous retrieve path, into LocalCPU
+         memory objects (verified against the source bytes after the clock stops)
+
+Backends: curvine's native plugin (remote_storage_plugins, over TCP; and on the worker's own node,
+where the client reads by short-circuit), curvine's `lm://` worker port, `fs://` over the curvine
+FUSE mount, LMCache's stock `lm://` server (`python -m lmcache.v1.server`), Redis (Debian
+redis-server, `redis://`). Baseline, measured in the same repeat (before and after the backends,
+averaged): the raw socket pair, one connection, a separate process `os.sendfile`s a file of the
+chunk's size (page cache) per request and the client `recv_into`s a page-aligned mmap (put: sendall
+-> recv_into mmap + a 1-byte ack). Also LMCache's MP-mode tool on the L2 adapters alone (`lmcache
+bench l2`, 32 MiB values): curvine's native_plugin vs the stock resp adapter on the same Redis.
+
+Part 2, the reference scenario: a 1,925-token Qwen2-7B-class prompt (7 full chunks of 256 tokens,
+28 layers x 4 KV heads x 128 x bf16 = 14 MiB each, 0.103 GB) retrieved by the native plugin from
+a worker in another network namespace (tests/netns.py: a veth link through a bridge), beside the
+reference's 55.75 ms and as a ratio of the raw pair's time for the same 7 x 14 MiB over the same
+link (raw server in the worker's namespace, reading a file on the same filesystem).
+
+Targets: native get >= 2x Redis get and >= 1x the stock lm server's; scenario <= 1.15x raw time.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from bench import common
+
+MiB = common.MiB
+REFERENCE_MS = 55.75
+TOKEN = "bench-lmcache-token"
+TARGETS = {"native_vs_redis_get": 2.0, "native_vs_stock_lm_get": 1.0, "scenario_vs_raw_time": 1.15}
+
+# KV geometry of one 256-token chunk (KV_2LTD: [2, layers, 256, kv_heads * head_dim], bf16).
+LLAMA_8B = {"model": "bench/llama-3-8b", "layers": 32, "kv_heads": 8, "head_dim": 128}        # 32 MiB
+QWEN2_7B = {"model": "bench/qwen2-7b", "layers": 28, "kv_heads": 4, "head_dim": 128}          # 14 MiB
+SCENARIO_TOKENS = 1925
+CHUNK_TOKENS = 256
+
+
+def chunk_bytes(geometry: dict[str, Any]) -> int:
+    return 2 * geometry["layers"] * CHUNK_TOKENS * geometry["kv_heads"] * geometry["head_dim"] * 2
+
+
+# -- the raw pair -------------------------------------------------------------------------------
+RAW_SERVER = r"""
+import mmap, os, socket, struct, sys
+REQUEST = struct.Struct("<cQ")
+host, workdir = sys.argv[1], sys.argv[2]
+listener = socket.create_server((host, 0))
+print(listener.getsockname()[1], flush=True)
+files, buffers = {}, {}
+
+def recv_exactly_into(sock, view):
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:], len(view) - got)
+        if n == 0:
+            raise EOFError
+        got += n
+
+while True:
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    head = memoryview(bytearray(REQUEST.size))
+    try:
+        while True:
+            recv_exactly_into(conn, head)
+            op, size = REQUEST.unpack(head)
+            if op == b"G":
+                fd = files.get(size)
+                if fd is None:
+                    path = os.path.join(workdir, f"raw-{size}")
+                    with open(path, "wb") as fh:
+                        fh.write(os.urandom(size))
+                    fd = files[size] = os.open(path, os.O_RDONLY)
+                sent = 0
+                while sent < size:
+                    sent += os.sendfile(conn.fileno(), fd, sent, size - sent)
+            elif op == b"P":
+                buf = buffers.get(size)
+                if buf is None:
+                    buf = buffers[size] = memoryview(mmap.mmap(-1, size))
+                recv_exactly_into(conn, buf)
+                conn.sendall(b"K")
+            else:
+                sys.exit(0)
+    except (EOFError, ConnectionError):
+        conn.close()
+"""
+
+
+@contextlib.contextmanager
+def raw_server(host: str, workdir: pathlib.Path, prefix: Sequence[str] = ()) -> Iterator[tuple[str, int]]:
+    """The raw pair's server process (in a namespace with `prefix`), bound to `host`."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([*prefix, sys.executable, "-c", RAW_SERVER, host, str(workdir)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        yield host, int(proc.stdout.readline())
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# -- the measuring child (real LMCache objects) --------------------------------------------------
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    """Runs in its own process: builds one RemoteBackend per backend (sharing one LocalCPUBackend
+    and one event loop, as in an engine) and measures them against the raw pair, interleaved."""
+    import asyncio
+    import mmap
+    import socket
+    import struct
+    import threading
+
+    import torch
+    from lmcache.utils import CacheEngineKey
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache.v1.metadata import LMCacheMetadata
+    from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
+    from lmcache.v1.storage_backend.remote_backend import RemoteBackend
+
+    geometry, count, repeats = spec["geometry"], int(spec["count"]), int(spec["repeats"])
+    size = chunk_bytes(geometry)
+    hidden = geometry["kv_heads"] * geometry["head_dim"]
+    md = LMCacheMetadata(model_name=geometry["model"], world_size=1, local_world_size=1, worker_id=0,
+                         local_worker_id=0, kv_dtype=torch.bfloat16,
+                         kv_shape=(geometry["layers"], 2, CHUNK_TOKENS, geometry["kv_heads"], geometry["head_dim"]),
+                         chunk_size=CHUNK_TOKENS)
+    cpu_gb = (2 * count + 2) * size / 1e9 + 0.2
+    base = LMCacheEngineConfig.from_defaults(chunk_size=CHUNK_TOKENS, local_cpu=False, max_local_cpu_size=cpu_gb,
+                                             remote_serde="naive")
+    cpu = LocalCPUBackend(base, md, dst_device="cpu")
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True, name="lmcache-loop").start()
+
+    sources = []
+    for index in range(count):
+        obj = cpu.allocate(md.get_shapes(), md.get_dtypes())
+        assert obj is not None and obj.tensor is not None
+        gen = torch.Generator().manual_seed(1000 + index)
+        obj.tensor.view(torch.uint8).copy_(
+            torch.randint(0, 256, (2, geometry["layers"], CHUNK_TOKENS, hidden * 2), dtype=torch.uint8, generator=gen))
+        sources.append(obj)
+
+    def build(entry: dict[str, Any]) -> RemoteBackend:
+        config = LMCacheEngineConfig.from_defaults(
+            chunk_size=CHUNK_TOKENS, local_cpu=False, max_local_cpu_size=cpu_gb, remote_serde="naive",
+            remote_url=entry.get("url"), remote_storage_plugins=entry.get("plugins"),
+            extra_config=entry.get("extra_config"))
+        plugin = entry["plugins"][0] if entry.get("plugins") else None
+        backend = RemoteBackend(config, md, loop, cpu, dst_device="cpu", plugin_name=plugin)
+        if backend.connection is None:
+            raise RuntimeError(f"{entry['name']}: LMCache created no connection")
+        return backend
+
+    backends = {entry["name"]: build(entry) for entry in spec["backends"]}
+    serial = iter(range(1, 1 << 62))
+
+    def keys_for(name: str) -> list[Any]:
+        # chunk hashes unique per sample: every put stores new objects (no write-once shortcut)
+        salt = next(serial) << 8
+        return [CacheEngineKey(geometry["model"], 1, 0, salt + i, torch.bfloat16) for i in range(count)]
+
+    def sample(name: str, backend: RemoteBackend) -> dict[str, float]:
+        keys = keys_for(name)
+        done = threading.Semaphore(0)
+        t0 = time.perf_counter()
+        backend.batched_submit_put_task(keys, sources, on_complete_callback=lambda _key: done.release())
+        for _ in keys:
+            if not done.acquire(timeout=120):
+                raise TimeoutError(f"{name}: put did not complete")
+        if not backend.contains(keys[-1]):
+            raise RuntimeError(f"{name}: the last chunk put is not visible")
+        t1 = time.perf_counter()
+        hits = backend.batched_contains(keys)
+        t2 = time.perf_counter()
+        got = backend.batched_get_blocking(keys)
+        t3 = time.perf_counter()
+        try:
+            if hits != count:
+                raise RuntimeError(f"{name}: batched contains found {hits} of {count}")
+            for index, (obj, src) in enumerate(zip(got, sources, strict=True)):
+                if obj is None:
+                    raise RuntimeError(f"{name}: chunk {index} missing on get")
+                if not torch.equal(obj.tensor.view(torch.uint8), src.tensor.view(torch.uint8)):
+                    raise RuntimeError(f"{name}: chunk {index} came back different")
+        finally:
+            for obj in got:
+                if obj is not None:
+                    obj.ref_count_down()
+            for key in keys:   # keep servers small; the stock lm server cannot delete
+                with contextlib.suppress(Exception):
+                    backend.connection.remove_sync(key)
+        return {"put_s": t1 - t0, "contains_s": t2 - t1, "get_s": t3 - t2}
+
+    request = struct.Struct("<cQ")
+    raw_sock = socket.create_connection((spec["raw"][0], int(spec["raw"][1])))
+    raw_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    raw_in = memoryview(mmap.mmap(-1, size))
+    raw_out = memoryview(mmap.mmap(-1, size))
+    raw_out[:] = os.urandom(size)
+
+    def raw_sample() -> dict[str, float]:
+        t0 = time.perf_counter()
+        for _ in range(count):
+            raw_sock.sendall(request.pack(b"G", size))
+            got = 0
+            while got < size:
+                n = raw_sock.recv_into(raw_in[got:], size - got)
+                if n == 0:
+                    raise EOFError("raw server went away")
+                got += n
+        t1 = time.perf_counter()
+        for _ in range(count):
+            raw_sock.sendall(request.pack(b"P", size))
+            raw_sock.sendall(raw_out)
+            if raw_sock.recv(1) != b"K":
+                raise EOFError("raw server went away")
+        t2 = time.perf_counter()
+        return {"get_s": t1 - t0, "put_s": t2 - t1}
+
+    # Warm-up: connections, pools, the raw file in the page cache, server-side allocations.
+    raw_sample()
+    for name, backend in backends.items():
+        sample(name, backend)
+
+    out: dict[str, Any] = {"bytes_per_sample": count * size, "chunk_bytes": size, "raw": [],
+                           "backends": {name: [] for name in backends}}
+    names = list(backends)
+    for r in range(repeats):
+        before = raw_sample()
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            out["backends"][name].append(sample(name, backends[name]))
+        after = raw_sample()
+        out["raw"].append({k: (before[k] + after[k]) / 2 for k in before})
+        print(f"  repeat {r + 1}/{repeats} done", file=sys.stderr, flush=True)
+    for obj in sources:
+        obj.ref_count_down()
+    return out
+
+
+def child_main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    result_fd = os.dup(1)
+    os.dup2(2, 1)    # LMCache and C extensions print on stdout; our stdout carries one JSON line
+    try:
+        result = {"ok": True, **child(spec)}
+        code = 0
+    except BaseException as exc:  # noqa: BLE001 - the parent always gets a JSON line
+        import traceback
+        traceback.print_exc()
+        result, code = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, 1
+    os.write(result_fd, (json.dumps(result) + "\n").encode())
+    sys.stderr.flush()
+    os._exit(code)   # RedisConnector.close() deadlocks in 0.5.6: no teardown
+
+
+def run_child(spec: dict[str, Any], *, timeout: float = 1800.0) -> dict[str, Any]:
+    from tests.lmcache.harness import lmcache_env
+
+    proc = subprocess.run([sys.executable, "-m", "bench.lmcache", "--child", json.dumps(spec)], cwd=common.REPO,
+                          env=lmcache_env(), stdout=subprocess.PIPE, text=True, timeout=timeout, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    result: dict[str, Any] = json.loads(lines[-1]) if lines else {"ok": False, "error": "no JSON line"}
+    if not result.get("ok"):
+        raise SystemExit(f"bench child failed (rc={proc.returncode}): {result.get('error')}")
+    return result
+
+
+# -- the servers -----------------------------------------------------------------------------------
+def plugin_entry(name: str, master: str, *, node: str, token: str = "") -> dict[str, Any]:
+    prefix = "remote_storage_plugin.curvine."
+    extra = {prefix + "module_path": "curvine_py.lmcache.connector",
+             prefix + "class_name": "CurvineConnectorAdapter", prefix + "master": master, prefix + "node": node}
+    if token:
+        extra[prefix + "token"] = token
+    return {"name": name, "plugins": ["curvine"], "extra_config": extra}
+
+
+def part1(root: pathlib.Path, args: Any) -> dict[str, Any]:
+    from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+    from tests.fuse.mounts import Mount
+    from tests.harness import Cluster
+    from tests.lmcache.harness import RedisServer, StockLMServer, run_l2_bench
+
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(Cluster(root / "cluster", workers=1, node_names=["bench-worker"],
+                                              worker_args=["--lm-port", "-1"]))
+        cluster.wait_for_live_workers(1)
+        worker = cluster.workers[0]
+        assert worker is not None
+        stock = stack.enter_context(StockLMServer())
+        redis = stack.enter_context(RedisServer())
+        raw = stack.enter_context(raw_server("127.0.0.1", root / "raw"))
+        backends = [
+            plugin_entry("native", cluster.master_address, node="bench-client"),
+            plugin_entry("native_local", cluster.master_address, node="bench-worker"),
+            {"name": "lm_curvine", "url": f"lm://{worker.field('lm')}"},
+        ]
+        if not args.no_fs:
+            client = cluster.client()
+            client.fs.mkdir("/lmcache")
+            client.fs.set_policy("/lmcache", cpb.Policy(storage_class=cpb.CACHE))
+            mnt = root / "mnt"
+            stack.enter_context(Mount(cluster.master_address, mnt, args=["--node", "bench-client"]))
+            backends.append({"name": "fs_curvine", "url": f"fs://localhost:0{mnt}/lmcache"})
+        backends += [{"name": "lm_stock", "url": stock.url}, {"name": "redis", "url": redis.url}]
+        if args.backends:
+            wanted = set(args.backends.split(","))
+            backends = [b for b in backends if b["name"] in wanted]
+        spec = {"geometry": LLAMA_8B, "count": args.count, "repeats": args.repeats, "raw": list(raw),
+                "backends": backends}
+        print(f"part 1: {len(backends)} backends x {args.count} chunks of {chunk_bytes(LLAMA_8B) >> 20} MiB, "
+              f"{args.repeats} repeats", file=sys.stderr, flush=True)
+        result = run_child(spec)
+        result["mp_l2"] = {}
+        if not args.no_mp:
+            adapters = {
+                "native_plugin": {"type": "native_plugin", "module_path": "curvine_py.lmcache.native",
+                                  "class_name": "CurvineNativeConnector",
+                                  "adapter_params": {"master": cluster.master_address, "node": "bench-client"}},
+                "resp": {"type": "resp", "host": redis.host, "port": redis.port, "num_workers": 8},
+            }
+            for name, adapter in adapters.items():
+                print(f"part 1: lmcache bench l2 ({name})", file=sys.stderr, flush=True)
+                tool = run_l2_bench(adapter, num_keys=args.count, in_flight=1, data_size_kb=32 * 1024,
+                                    rounds=args.repeats, timeout=900)
+                if not tool.ok:
+                    raise SystemExit(f"lmcache bench l2 ({name}) failed:\n{tool.describe()}")
+                ops = {op["operation"]: op for key, op in tool.metrics.items() if key.startswith("op_")}
+                result["mp_l2"][name] = {op: {"gbps": ops[op]["throughput_avg_mbps"] * 1e6 / 1e9 * 1.048576,
+                                              "mbps_reported": ops[op]["throughput_avg_mbps"]}
+                                         for op in ("Store", "Load")}
+                redis.command("FLUSHALL")
+        return result
+
+
+def part2(root: pathlib.Path, args: Any) -> dict[str, Any]:
+    """The reference scenario across a veth link: worker + raw server in namespace 0, master on
+    the bridge address, the LMCache client (the child) in the root namespace."""
+    from curvine_py.procs import curvine_command, start
+    from tests.harness import Cluster
+    from tests.netns import network_namespaces
+
+    chunks = SCENARIO_TOKENS // CHUNK_TOKENS
+    with contextlib.ExitStack() as stack:
+        lab = stack.enter_context(network_namespaces(1))
+        ns = lab[0]
+        cluster = stack.enter_context(Cluster(root / "scenario", workers=0, token=TOKEN, host=lab.root_address))
+        data = root / "scenario" / "worker"
+        data.mkdir(parents=True)
+        worker = start("scenario-worker", [*ns.prefix, *curvine_command(
+            "worker", "--master", cluster.master_address, "--data-dir", str(data), "--host", ns.address,
+            "--port", "0", "--node", "ns-worker", "--token", TOKEN, "--lm-port", "-1")], ready_prefix="worker=")
+        stack.callback(worker.stop)
+        cluster.wait_for_live_workers(1)
+        raw = stack.enter_context(raw_server(ns.address, root / "scenario-raw", prefix=ns.prefix))
+        spec = {"geometry": QWEN2_7B, "count": chunks, "repeats": args.scenario_repeats, "raw": list(raw),
+                "backends": [plugin_entry("native", cluster.master_address, node="bench-client", token=TOKEN),
+                             {"name": "lm_curvine", "url": f"lm://{worker.field('lm')}"}]}
+        print(f"part 2: {chunks} chunks of {chunk_bytes(QWEN2_7B) >> 20} MiB across a veth link, "
+              f"{args.scenario_repeats} repeats", file=sys.stderr, flush=True)
+        return run_child(spec)
+
+
+# -- summaries -------------------------------------------------------------------------------------
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
+    """GB/s medians per backend and op, and per-repeat ratios to the raw pair."""
+    nbytes = result["bytes_per_sample"]
+    raw = result["raw"]
+    out: dict[str, Any] = {"raw": {op: common.median(common.gbps(nbytes, s[f"{op}_s"]) for s in raw)
+                                   for op in ("get", "put")}}
+    for name, samples in result["backends"].items():
+        entry: dict[str, Any] = {}
+        for op in ("get", "put"):
+            pair = common.Paired(tuple(common.gbps(nbytes, s[f"{op}_s"]) for s in samples),
+                                 tuple(common.gbps(nbytes, r[f"{op}_s"]) for r in raw))
+            entry[op] = {"gbps": common.median(pair.subject), "vs_raw": pair.ratio,
+                         "ms": common.median(s[f"{op}_s"] * 1e3 for s in samples)}
+        entry["contains_ms"] = common.median(s["contains_s"] * 1e3 for s in samples)
+        out[name] = entry
+    return out
+
+
+def ratio_between(result: dict[str, Any], subject: str, baseline: str, op: str) -> float:
+    """Median over repeats of subject/baseline throughput (both measured in the same repeat)."""
+    a, b = result["backends"][subject], result["backends"][baseline]
+    return common.median(y[f"{op}_s"] / x[f"{op}_s"] for x, y in zip(a, b, strict=True))
+
+
+LABELS = {
+    "native": "curvine native plugin (TCP)",
+    "native_local": "curvine native plugin (same node: short-circuit)",
+    "lm_curvine": "curvine worker `lm://` port",
+    "fs_curvine": "`fs://` over the curvine FUSE mount",
+    "lm_stock": "LMCache stock `lm://` server",
+    "redis": "Redis 7 (`redis://`)",
+}
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--child":
+        return child_main(argv[1:])
+    p = common.parser("lmcache", __doc__.splitlines()[0], repeats=5)
+    p.add_argument("--count", type=int, default=8, help="32 MiB chunks per sample (default 8 = 256 MiB)")
+    p.add_argument("--scenario-repeats", type=int, default=15, help="repeats of the reference scenario (default 15)")
+    p.add_argument("--dir", default="/var/tmp", help="where data dirs and raw files live (default /var/tmp)")
+    p.add_argument("--no-fs", action="store_true", help="skip fs:// over the FUSE mount")
+    p.add_argument("--no-mp", action="store_true", help="skip `lmcache bench l2` (MP adapters)")
+    p.add_argument("--backends", default="",
+                   help="part 1 only these (comma list of " + ",".join(LABELS) + "); for profiling, "
+                        "the targets need native, lm_stock and redis")
+    p.add_argument("--part", choices=["1", "2", "both"], default="both", help="run part 1, part 2 or both")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.repeats, args.count, args.scenario_repeats = min(args.repeats, 3), min(args.count, 4), 5
+    sys.path.insert(0, str(common.REPO))
+    info = common.machine()
+    root = pathlib.Path(tempfile.mkdtemp(prefix="curvine-bench-lmcache-", dir=args.dir))
+    root.chmod(0o755)
+    try:
+        p1 = part1(root, args) if args.part in ("1", "both") else None
+        p2 = part2(root, args) if args.part in ("2", "both") else None
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if p1 is None or p2 is None or args.backends:
+        # a partial run (profiling): print the summaries, write nothing
+        print(json.dumps({"part1": p1 and summarize(p1), "part2": p2 and summarize(p2)}, indent=1))
+        return 0
+    s1, s2 = summarize(p1), summarize(p2)
+    scenario_ms = s2["native"]["get"]["ms"]
+    raw_ms = common.median(r["get_s"] * 1e3 for r in p2["raw"])
+    scenario_ratio = common.median(s["get_s"] / r["get_s"] for s, r in zip(p2["backends"]["native"], p2["raw"],
+                                                                              strict=True))
+    ratios = {
+        "native_vs_redis_get": ratio_between(p1, "native", "redis", "get"),
+        "native_vs_stock_lm_get": ratio_between(p1, "native", "lm_stock", "get"),
+        "native_vs_redis_put": ratio_between(p1, "native", "redis", "put"),
+        "native_vs_stock_lm_put": ratio_between(p1, "native", "lm_stock", "put"),
+        "scenario_vs_raw_time": scenario_ratio,
+    }
+    verdicts = {name: {"target": target, "value": ratios[name],
+                       "met": ratios[name] <= target if name == "scenario_vs_raw_time" else ratios[name] >= target}
+                for name, target in TARGETS.items()}
+    payload = {
+        "benchmark": "lmcache", "machine": info,
+        "parameters": {"count": args.count, "repeats": args.repeats, "scenario_repeats": args.scenario_repeats,
+                       "chunk_bytes": p1["chunk_bytes"], "scenario_chunk_bytes": p2["chunk_bytes"],
+                       "scenario_chunks": SCENARIO_TOKENS // CHUNK_TOKENS, "dir": args.dir, "quick": args.quick},
+        "part1": {"summary": s1, "mp_l2": p1["mp_l2"], "raw_samples": p1["raw"], "samples": p1["backends"]},
+        "scenario": {"summary": s2, "native_ms": scenario_ms, "raw_ms": raw_ms, "reference_ms": REFERENCE_MS,
+                     "bytes": p2["bytes_per_sample"], "raw_samples": p2["raw"], "samples": p2["backends"]},
+        "ratios": ratios, "targets": verdicts,
+    }
+    common.publish("lmcache", args, payload, render(payload))
+    return 0
+
+
+def render(payload: dict[str, Any]) -> str:
+    params, s1 = payload["parameters"], payload["part1"]["summary"]
+    chunk_mib = params["chunk_bytes"] >> 20
+    lines = [
+        "## LMCache: chunks through LMCache 0.5.6's own connectors",
+        "",
+        common.machine_line(payload["machine"]),
+        "",
+        (f"{params['count']} chunks of {chunk_mib} MiB (Llama-3-8B, 256 tokens, bf16) per sample, median of "
+         f"{params['repeats']} repeats; every server on loopback, data dirs in {params['dir']}. Put = "
+         "`RemoteBackend.batched_submit_put_task` until every completion callback + one `contains`; get = "
+         "`RemoteBackend.batched_get_blocking` (LMCache's retrieve path, into its CPU memory objects, verified "
+         "byte for byte). Raw = one TCP connection to a separate process: `os.sendfile` of a page-cached file -> "
+         "`recv_into` a page-aligned mmap (put: `sendall` -> `recv_into` an mmap + 1-byte ack), measured "
+         "before and after the backends in each repeat. vs raw = median of per-repeat ratios."),
+        "",
+    ]
+    rows = [["raw socket pair", f"{s1['raw']['get']:.2f}", "1.00x", f"{s1['raw']['put']:.2f}", "1.00x", ""]]
+    for name, label in LABELS.items():
+        if name in s1:
+            e = s1[name]
+            rows.append([label, f"{e['get']['gbps']:.2f}", f"{e['get']['vs_raw']:.2f}x", f"{e['put']['gbps']:.2f}",
+                         f"{e['put']['vs_raw']:.2f}x", f"{e['contains_ms']:.2f}"])
+    lines.append(common.table(["backend", "get GB/s", "get vs raw", "put GB/s", "put vs raw",
+                               f"batched contains of {params['count']} ms"], rows))
+    r, t = payload["ratios"], payload["targets"]
+    lines += ["", (f"Native plugin get = **{r['native_vs_redis_get']:.2f}x Redis** (target >= "
+                   f"{t['native_vs_redis_get']['target']:.0f}x: {'met' if t['native_vs_redis_get']['met'] else 'MISSED'})"
+                   f" and **{r['native_vs_stock_lm_get']:.2f}x the stock lm server** (target >= "
+                   f"{t['native_vs_stock_lm_get']['target']:.0f}x: "
+                   f"{'met' if t['native_vs_stock_lm_get']['met'] else 'MISSED'}); put = "
+                   f"{r['native_vs_redis_put']:.2f}x Redis, {r['native_vs_stock_lm_put']:.2f}x stock lm "
+                   "(per-repeat ratios, medians).")]
+    mp = payload["part1"]["mp_l2"]
+    if mp:
+        lines += ["", (f"MP mode, `lmcache bench l2` on the adapter alone ({chunk_mib} MiB values, "
+                       f"{params['count']} keys x {params['repeats']} rounds, in-flight 1): "
+                       + "; ".join(f"{name} store {v['Store']['gbps']:.2f} GB/s, load {v['Load']['gbps']:.2f} GB/s"
+                                   for name, v in mp.items()) + ".")]
+    sc = payload["scenario"]
+    ss = sc["summary"]
+    lines += [
+        "",
+        "### Reference scenario: a 1,925-token Qwen2-7B prompt from a worker in another network namespace",
+        "",
+        (f"{params['scenario_chunks']} chunks of {params['scenario_chunk_bytes'] >> 20} MiB = "
+         f"{sc['bytes'] / 1e9:.3f} GB, retrieved with `batched_get_blocking` by the native plugin in the root "
+         "namespace from a worker in namespace 0 (veth + bridge); raw = the same 7 requests to a raw server in "
+         f"namespace 0; median of {params['scenario_repeats']} repeats."),
+        "",
+        common.table(["path", "retrieve ms", "GB/s", "vs raw time", "lookup (batched contains) ms"], [
+            ["raw socket pair", f"{sc['raw_ms']:.1f}", f"{ss['raw']['get']:.2f}", "1.00x", ""],
+            ["curvine native plugin", f"**{sc['native_ms']:.1f}**", f"{ss['native']['get']['gbps']:.2f}",
+             f"**{r['scenario_vs_raw_time']:.2f}x**", f"{ss['native']['contains_ms']:.2f}"],
+            ["curvine `lm://` port (stock client)", f"{ss['lm_curvine']['get']['ms']:.1f}",
+             f"{ss['lm_curvine']['get']['gbps']:.2f}", f"{1 / ss['lm_curvine']['get']['vs_raw']:.2f}x", ""],
+            ["reference", f"{sc['reference_ms']:.2f}", f"{sc['bytes'] / sc['reference_ms'] / 1e6:.2f}", "", ""],
+        ]),
+        "",
+        (f"Target: within {t['scenario_vs_raw_time']['target']:.2f}x the raw time: "
+         f"{'met' if t['scenario_vs_raw_time']['met'] else 'MISSED'} ({r['scenario_vs_raw_time']:.2f}x)."),
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
