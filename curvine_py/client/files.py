@@ -14,12 +14,13 @@ The stream API (read/write/seek) keeps one position and is for one thread.
 """
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from curvine_py.client.buffers import aligned
 from curvine_py.client.master import MasterClient
@@ -56,6 +57,39 @@ class _CleanBlock:
 
 
 MAX_CLEAN_BYTES = 32 << 20   # per open file: written blocks kept for re-reads and rewrites
+READ_AHEAD_THREADS = 4       # background fetches in flight, all files together
+READ_AHEAD_WAIT_S = 30.0     # bounded by the data timeout of the fetch itself; a safety net only
+
+
+class _ReadAhead:
+    """Sequential read-ahead of one open file: once reads follow each other, the next `window`
+    bytes are fetched in the background, one verified chunk (1 MiB) per fetch, so the worker's
+    latency overlaps with the reader's (FUSE) work. Chunks are keyed by block id: blocks are
+    immutable, so a fetched chunk can never be stale, only unused (a commit gives the block a new
+    id).
+
+    Resource handling: each chunk is received into a page-aligned buffer recycled through `free`
+    (a fresh mmap per chunk costs 256 page faults). Chunks and buffers change hands only under the
+    file's lock: a reader copies out under the lock after checking its chunk is still listed, so a
+    buffer is never recycled while it is read; a buffer whose fetch is still running when its chunk
+    is dropped is left to that fetch (and the garbage collector)."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self.next_offset = -1                   # where a sequential reader reads next
+        self.chunks: dict[tuple[int, int], Future[memoryview]] = {}   # (block id, chunk start)
+        self.buffers: dict[tuple[int, int], memoryview] = {}
+        self.free: list[memoryview] = []
+
+    def buffer(self) -> memoryview:
+        return self.free.pop() if self.free else aligned(layout.CHUNK_SIZE)
+
+    def forget_before(self, keep: set[tuple[int, int]]) -> None:
+        for key in [k for k in self.chunks if k not in keep]:
+            future = self.chunks.pop(key)
+            buffer = self.buffers.pop(key)
+            if future.done() or future.cancel():
+                self.free.append(buffer)
 
 
 class BlockStore:
@@ -66,9 +100,20 @@ class BlockStore:
         self.membership = membership
         self.io = io_
         self._fanout = ThreadPoolExecutor(max_workers=4, thread_name_prefix="block-fanout")
+        self._ahead: ThreadPoolExecutor | None = None
+        self._ahead_lock = threading.Lock()
 
     def close(self) -> None:
         self._fanout.shutdown(wait=False, cancel_futures=True)
+        if self._ahead is not None:
+            self._ahead.shutdown(wait=False, cancel_futures=True)
+
+    def prefetch(self, fetch: Callable[[], memoryview]) -> Future[memoryview]:
+        """Runs a read-ahead fetch in the background (a small pool shared by all files)."""
+        with self._ahead_lock:
+            if self._ahead is None:
+                self._ahead = ThreadPoolExecutor(max_workers=READ_AHEAD_THREADS, thread_name_prefix="read-ahead")
+            return self._ahead.submit(fetch)
 
     def read(self, block: pb.BlockInfo, offset: int, length: int, out: memoryview | None = None,
              minimum: int | None = None) -> memoryview:
@@ -127,9 +172,10 @@ class CurvineFile(io.RawIOBase):
 
     def __init__(self, store: BlockStore, attr: cpb.Attr, *, node: str, writable: bool,
                  append: bool = False, on_close: Callable[[], None] | None = None,
-                 blocks: pb.BlocksReply | None = None) -> None:
+                 blocks: pb.BlocksReply | None = None, read_ahead: int = 0) -> None:
         """`blocks`: the block map when the caller already has it (a file it just created is
-        empty: no GetBlocks round trip); fetched from the master otherwise."""
+        empty: no GetBlocks round trip); fetched from the master otherwise. `read_ahead`: bytes
+        to fetch ahead of a sequential reader (0: off)."""
         super().__init__()
         self._store = store
         self.ino = attr.ino
@@ -140,6 +186,7 @@ class CurvineFile(io.RawIOBase):
         self._lock = threading.RLock()
         self._dirty: dict[int, _DirtyBlock] = {}
         self._clean: dict[int, _CleanBlock] = {}
+        self._ahead = _ReadAhead(read_ahead) if read_ahead > 0 else None
         self._size_dirty = False
         self._uncommitted: list[pb.BlockInfo] = []   # written to workers, not yet committed
         self._position = 0
@@ -214,6 +261,8 @@ class CurvineFile(io.RawIOBase):
             super().close()
             self._dirty.clear()
             self._clean.clear()
+            if self._ahead is not None:
+                self._ahead.forget_before(set())
             if self._on_close:
                 self._on_close()
 
@@ -236,9 +285,84 @@ class CurvineFile(io.RawIOBase):
                     target[:] = dirty.buffer[extent.block_offset:extent.block_offset + len(target)]
                 elif not self._from_clean(block, extent.block_offset, target):
                     stored.append((block, extent.block_offset, target))
+            if self._ahead is not None:
+                self._plan_ahead(offset, length)
         for block, inner, target in stored:
-            self._read_stored(block, inner, target)
+            if not self._from_ahead(block, inner, target):
+                self._read_stored(block, inner, target)
         return length
+
+    def _plan_ahead(self, offset: int, length: int) -> None:
+        """Under the lock: when this read continues the previous one, make sure the chunks of the
+        next `window` bytes are being fetched."""
+        ahead = self._ahead
+        assert ahead is not None
+        sequential = offset == ahead.next_offset or offset == 0
+        ahead.next_offset = offset + length
+        if not sequential or length == 0:
+            ahead.forget_before(set())
+            return
+        chunk = layout.CHUNK_SIZE
+        wanted: set[tuple[int, int]] = set()
+        first_index, first_inner = divmod(offset, self.block_size)
+        position = first_index * self.block_size + first_inner - first_inner % chunk
+        end = min(self.size, offset + length + ahead.window)
+        while position < end:
+            index, inner = divmod(position, self.block_size)
+            block = self._blocks.get(index)
+            start = inner - inner % chunk
+            if block is not None and index not in self._dirty and start < block.length and \
+                    not self._in_clean(block):
+                key = (block.block_id, start)
+                wanted.add(key)
+                if key not in ahead.chunks and position >= offset + length:
+                    buffer = ahead.buffers[key] = ahead.buffer()
+                    ahead.chunks[key] = self._store.prefetch(
+                        functools.partial(self._fetch_chunk, block, start, buffer))
+            position = index * self.block_size + min(start + chunk, self.block_size)
+        ahead.forget_before(wanted)
+
+    def _in_clean(self, block: pb.BlockInfo) -> bool:
+        clean = self._clean.get(block.index)
+        return clean is not None and clean.block_id == block.block_id
+
+    def _fetch_chunk(self, block: pb.BlockInfo, start: int, buffer: memoryview) -> memoryview:
+        """One verified chunk of a stored block (clipped at the block's end) into `buffer`."""
+        chunk = layout.CHUNK_SIZE
+        want_end = min(block.length, start + chunk)
+        exact = want_end % chunk == 0 or (block.checksum != 0 and want_end == block.length)
+        if exact:
+            return self._store.read(block, start, want_end - start, buffer[:want_end - start])
+        return self._store.read(block, start, chunk, buffer, minimum=want_end - start)[:want_end - start]
+
+    def _from_ahead(self, block: pb.BlockInfo | None, inner: int, target: memoryview) -> bool:
+        """Copies from a read-ahead chunk when one covers this piece; False to read it now."""
+        if self._ahead is None or block is None:
+            return False
+        chunk = layout.CHUNK_SIZE
+        start = inner - inner % chunk
+        if inner + len(target) > start + chunk:
+            return False
+        key = (block.block_id, start)
+        future = self._ahead.chunks.get(key)
+        if future is None:
+            return False
+        try:
+            data = future.result(timeout=READ_AHEAD_WAIT_S)
+        except Exception:   # noqa: BLE001 - cancelled or failed: read it the normal way
+            return False
+        end = inner + len(target)
+        stored_end = min(end, block.length)          # past the block's end: zeros
+        if stored_end > start + len(data):
+            return False                              # a short chunk: never used
+        available = max(0, stored_end - inner)
+        with self._lock:                              # the buffer is not recycled meanwhile
+            if self._ahead.chunks.get(key) is not future:
+                return False
+            target[:available] = data[inner - start:inner - start + available]
+        if available < len(target):
+            target[available:] = bytes(len(target) - available)
+        return True
 
     def _read_extent(self, index: int, inner: int, target: memoryview) -> None:
         dirty = self._dirty.get(index)
@@ -302,22 +426,56 @@ class CurvineFile(io.RawIOBase):
     # -- without blocking (callers on an event loop: FUSE) -----------------------------------
     def try_pread_into(self, offset: int, out: memoryview) -> int | None:
         """pread_into when every byte is in memory (uncommitted writes, blocks this handle
-        committed, holes, past the end); None when a worker would have to be asked, or another
-        thread holds the file. Never blocks: lets an event loop skip a thread hop."""
+        committed, read-ahead chunks already fetched, holes, past the end); None when a worker
+        would have to be asked, or another thread holds the file. Never blocks: lets an event loop
+        skip a thread hop."""
         if not self._lock.acquire(blocking=False):
             return None
         try:
             length = max(0, min(len(out), self.size - offset))
             pieces = list(layout.extents(offset, length, self.block_size))
-            for extent in pieces:
-                if not self._in_memory(extent.index):
+            fetched: dict[int, memoryview] = {}
+            for number, extent in enumerate(pieces):
+                if self._in_memory(extent.index):
+                    continue
+                data = self._fetched(extent.index, extent.block_offset, extent.length)
+                if data is None:
                     return None
-            for extent in pieces:
+                fetched[number] = data
+            for number, extent in enumerate(pieces):
                 target = out[extent.buffer_offset:extent.buffer_offset + extent.length]
-                self._read_extent(extent.index, extent.block_offset, target)
+                data = fetched.get(number)
+                if data is None:
+                    self._read_extent(extent.index, extent.block_offset, target)
+                    continue
+                block = self._blocks[extent.index]
+                start = extent.block_offset - extent.block_offset % layout.CHUNK_SIZE
+                available = max(0, min(extent.block_offset + extent.length, block.length) - extent.block_offset)
+                target[:available] = data[extent.block_offset - start:extent.block_offset - start + available]
+                if available < len(target):
+                    target[available:] = bytes(len(target) - available)
+            if self._ahead is not None:
+                self._plan_ahead(offset, length)
             return length
         finally:
             self._lock.release()
+
+    def _fetched(self, index: int, inner: int, length: int) -> memoryview | None:
+        """A read-ahead chunk that is already here and covers [inner, inner+length) of block
+        `index` (call under the lock); None otherwise."""
+        block = self._blocks.get(index)
+        if self._ahead is None or block is None:
+            return None
+        start = inner - inner % layout.CHUNK_SIZE
+        if inner + length > start + layout.CHUNK_SIZE:
+            return None
+        future = self._ahead.chunks.get((block.block_id, start))
+        if future is None or not future.done() or future.cancelled() or future.exception() is not None:
+            return None
+        data = future.result()
+        if min(inner + length, block.length) > start + len(data):
+            return None
+        return data
 
     def try_pwrite(self, offset: int, data: bytes | bytearray | memoryview) -> int | None:
         """pwrite when it needs no worker: every touched block is already dirty, kept in memory

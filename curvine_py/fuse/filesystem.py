@@ -61,6 +61,9 @@ READDIR_PAGE = 512           # entries fetched from the master per ReadDir call
 RENAME_NOREPLACE = 1         # renameat2 flags, same values on the wire (master.proto)
 RENAME_EXCHANGE = 2
 CAPABILITY = "security.capability"
+# Bytes fetched ahead of a sequential reader, in the background: the kernel's own read-ahead
+# (4 MiB) keeps a few 1 MiB requests in flight; these find their chunk already fetched.
+READ_AHEAD = 8 << 20
 
 _KIND_BY_IFMT = {
     stat.S_IFREG: cpb.REGULAR, stat.S_IFDIR: cpb.DIRECTORY, stat.S_IFLNK: cpb.SYMLINK,
@@ -371,7 +374,8 @@ class Filesystem:
         return handle
 
     def _new_file(self, attr: cpb.Attr, known: pb.BlocksReply | None) -> CurvineFile:
-        return CurvineFile(self.client.blocks, attr, node=self.node, writable=True, blocks=known)
+        return CurvineFile(self.client.blocks, attr, node=self.node, writable=True, blocks=known,
+                           read_ahead=READ_AHEAD)
 
     @staticmethod
     def _mode_of(file: CurvineFile) -> int:

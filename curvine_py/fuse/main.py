@@ -29,7 +29,7 @@ from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 log = logging.getLogger(__name__)
 
-DATA_THREADS = 8    # concurrent data calls (reads, writes, commits); 2-core machines gain nothing beyond
+DATA_THREADS = int(os.environ.get("CURVINE_FUSE_DATA_THREADS", "8"))    # concurrent data calls (reads, writes, commits); 2-core machines gain nothing beyond
 
 
 def client_for(options: MountOptions) -> CurvineClient:

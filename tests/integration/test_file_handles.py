@@ -89,3 +89,36 @@ def test_refresh_sees_another_writers_commit_unless_dirty(cluster1: Cluster) -> 
     handle.pwrite(0, b"3")
     assert not handle.refresh(), "uncommitted writes are never thrown away"
     assert handle.pread(0, 10) == b"3WO!"
+
+
+def test_read_ahead_returns_the_same_bytes(cluster1: Cluster) -> None:
+    handle, client = _new_file(cluster1, "ahead")
+    data = random_bytes(40 * BLOCK + 123, seed=6)
+    handle.pwrite(0, data)
+    handle.commit()
+    handle.truncate(len(data) - 1000)          # a shortened last block (checksum unknown)
+    data = data[:-1000]
+    reader = CurvineFile(client.blocks, handle.attr, node="test", writable=False,  # type: ignore[attr-defined]
+                         read_ahead=8 * BLOCK)
+    out = memoryview(bytearray(3 * BLOCK))
+    got = bytearray()
+    while n := reader.pread_into(len(got), out):
+        got += out[:n]
+    assert bytes(got) == data
+    assert reader.pread(5, 10) == data[5:15], "a jump back: read directly"
+    assert reader.pread(len(data) - 5, 100) == data[-5:]
+    reader.close()
+
+
+def test_read_ahead_fetches_the_window_before_it_is_read(cluster1: Cluster) -> None:
+    handle, client = _new_file(cluster1, "window")
+    data = random_bytes(20 * BLOCK, seed=7)
+    handle.pwrite(0, data)
+    handle.close()
+    reader = CurvineFile(client.blocks, handle.attr, node="test", writable=False,  # type: ignore[attr-defined]
+                         read_ahead=8 * BLOCK)
+    assert reader.pread(0, BLOCK) == data[:BLOCK]
+    for future in list(reader._ahead.chunks.values()):   # type: ignore[union-attr]
+        future.result(timeout=30)
+    cluster1.kill_worker(0)
+    assert reader.pread(BLOCK, 8 * BLOCK) == data[BLOCK:9 * BLOCK], "served from the read-ahead window"
