@@ -38,11 +38,12 @@ DEFAULT_BLOCK_SIZE = 64 << 20
 
 
 class _DirtyBlock:
-    __slots__ = ("buffer", "length")
+    __slots__ = ("buffer", "length", "upload")
 
     def __init__(self, buffer: memoryview, length: int) -> None:
         self.buffer = buffer      # block_size bytes, page-aligned
         self.length = length      # bytes of the block that are meaningful (high-water mark)
+        self.upload: Future[pb.BlockInfo] | None = None   # write-behind in flight: buffer is frozen
 
 
 class _CleanBlock:
@@ -101,12 +102,22 @@ class BlockStore:
         self.io = io_
         self._fanout = ThreadPoolExecutor(max_workers=4, thread_name_prefix="block-fanout")
         self._ahead: ThreadPoolExecutor | None = None
+        self._behind: ThreadPoolExecutor | None = None
         self._ahead_lock = threading.Lock()
 
     def close(self) -> None:
         self._fanout.shutdown(wait=False, cancel_futures=True)
         if self._ahead is not None:
             self._ahead.shutdown(wait=False, cancel_futures=True)
+        if self._behind is not None:
+            self._behind.shutdown(wait=False, cancel_futures=True)
+
+    def upload(self, ino: int, index: int, data: memoryview, node: str) -> Future[pb.BlockInfo]:
+        """`write` in the background (write-behind of full blocks)."""
+        with self._ahead_lock:
+            if self._behind is None:
+                self._behind = ThreadPoolExecutor(max_workers=2, thread_name_prefix="write-behind")
+            return self._behind.submit(self.write, ino, index, data, node)
 
     def prefetch(self, fetch: Callable[[], memoryview]) -> Future[memoryview]:
         """Runs a read-ahead fetch in the background (a small pool shared by all files)."""
@@ -172,10 +183,13 @@ class CurvineFile(io.RawIOBase):
 
     def __init__(self, store: BlockStore, attr: cpb.Attr, *, node: str, writable: bool,
                  append: bool = False, on_close: Callable[[], None] | None = None,
-                 blocks: pb.BlocksReply | None = None, read_ahead: int = 0) -> None:
+                 blocks: pb.BlocksReply | None = None, read_ahead: int = 0,
+                 write_behind: bool = False) -> None:
         """`blocks`: the block map when the caller already has it (a file it just created is
         empty: no GetBlocks round trip); fetched from the master otherwise. `read_ahead`: bytes
-        to fetch ahead of a sequential reader (0: off)."""
+        to fetch ahead of a sequential reader (0: off). `write_behind`: a block that fills up is
+        sent in the background while the next one fills (at most two blocks in memory); its
+        errors surface at the next write of that block or at commit, as write-back errors do."""
         super().__init__()
         self._store = store
         self.ino = attr.ino
@@ -187,6 +201,7 @@ class CurvineFile(io.RawIOBase):
         self._dirty: dict[int, _DirtyBlock] = {}
         self._clean: dict[int, _CleanBlock] = {}
         self._ahead = _ReadAhead(read_ahead) if read_ahead > 0 else None
+        self._write_behind = write_behind
         self._size_dirty = False
         self._uncommitted: list[pb.BlockInfo] = []   # written to workers, not yet committed
         self._position = 0
@@ -486,6 +501,8 @@ class CurvineFile(io.RawIOBase):
             source = memoryview(data).cast("B")
             for extent in layout.extents(offset, len(source), self.block_size):
                 dirty = self._dirty.get(extent.index)
+                if dirty is not None and dirty.upload is not None:
+                    return None
                 if dirty is None and not self._in_memory(extent.index):
                     return None
                 high = max(dirty.length if dirty else 0, extent.block_offset + extent.length)
@@ -507,16 +524,44 @@ class CurvineFile(io.RawIOBase):
 
     def _write_full_blocks(self) -> None:
         """Sends completely written blocks right away (a 1 GiB sequential write holds one block
-        in memory, not the whole file); they become visible to others only at commit."""
-        for index in [i for i, d in self._dirty.items() if d.length == self.block_size]:
-            dirty = self._dirty.pop(index)
-            block = self._store.write(self.ino, index, dirty.buffer, self._node)
-            self._blocks[index] = block
-            self._uncommitted.append(block)
-            self._keep(index, block, dirty)
+        in memory, not the whole file, two with write-behind); they become visible to others
+        only at commit."""
+        for index in [i for i, d in self._dirty.items() if d.length == self.block_size and d.upload is None]:
+            if not self._write_behind:
+                dirty = self._dirty.pop(index)
+                block = self._store.write(self.ino, index, dirty.buffer, self._node)
+                self._blocks[index] = block
+                self._uncommitted.append(block)
+                self._keep(index, block, dirty)
+                continue
+            in_flight = sorted(i for i, d in self._dirty.items() if d.upload is not None)
+            for other in in_flight[:max(0, len(in_flight) - 1)]:   # keep at most one other in flight
+                self._finish_upload(other)
+            dirty = self._dirty[index]
+            dirty.upload = self._store.upload(self.ino, index, dirty.buffer, self._node)
+
+    def _finish_upload(self, index: int) -> None:
+        """Waits for a write-behind upload (call under the lock); the block becomes uncommitted
+        like a synchronously written one. On failure the block stays dirty (a commit retries)."""
+        dirty = self._dirty[index]
+        future, dirty.upload = dirty.upload, None
+        if future is None:
+            return
+        block = future.result()
+        del self._dirty[index]
+        self._blocks[index] = block
+        self._uncommitted.append(block)
+        self._keep(index, block, dirty)
+
+    def _finish_uploads(self) -> None:
+        for index in sorted(i for i, d in self._dirty.items() if d.upload is not None):
+            self._finish_upload(index)
 
     def _dirty_block(self, index: int) -> _DirtyBlock:
         dirty = self._dirty.get(index)
+        if dirty is not None and dirty.upload is not None:
+            self._finish_upload(index)     # its buffer is frozen while it is sent
+            dirty = None
         if dirty is None:
             block = self._blocks.get(index)
             clean = self._clean.pop(index, None)
@@ -598,6 +643,7 @@ class CurvineFile(io.RawIOBase):
         with self._lock:
             if not self._dirty and not self._size_dirty and not self._uncommitted:
                 return
+            self._finish_uploads()
             latest = {block.index: block for block in self._uncommitted}  # a rewrite replaces
             for index in sorted(self._dirty):
                 dirty = self._dirty[index]

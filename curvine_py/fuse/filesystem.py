@@ -375,7 +375,7 @@ class Filesystem:
 
     def _new_file(self, attr: cpb.Attr, known: pb.BlocksReply | None) -> CurvineFile:
         return CurvineFile(self.client.blocks, attr, node=self.node, writable=True, blocks=known,
-                           read_ahead=READ_AHEAD)
+                           read_ahead=READ_AHEAD, write_behind=True)
 
     @staticmethod
     def _mode_of(file: CurvineFile) -> int:

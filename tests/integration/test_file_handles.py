@@ -1,10 +1,13 @@
 """CurvineFile features the FUSE mount relies on: blocks a handle committed stay readable from
 memory (and feed the next copy-on-write), reads and writes that need no worker can be done without
 blocking (try_pread_into / try_pwrite), truncate derives the block map locally, refresh and
-preloaded block maps."""
+preloaded block maps, read-ahead, write-behind."""
 from __future__ import annotations
 
+import pytest
+
 from curvine_py.client.files import CurvineFile
+from curvine_py.core.errors import CurvineError
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from tests.harness import Cluster, random_bytes
@@ -122,3 +125,30 @@ def test_read_ahead_fetches_the_window_before_it_is_read(cluster1: Cluster) -> N
         future.result(timeout=30)
     cluster1.kill_worker(0)
     assert reader.pread(BLOCK, 8 * BLOCK) == data[BLOCK:9 * BLOCK], "served from the read-ahead window"
+
+
+def test_write_behind_sends_full_blocks_in_the_background(cluster1: Cluster) -> None:
+    handle, client = _new_file(cluster1, "behind")
+    handle = CurvineFile(client.blocks, handle.attr, node="test", writable=True,  # type: ignore[attr-defined]
+                         blocks=pb.BlocksReply(attr=handle.attr), write_behind=True)
+    data = random_bytes(10 * BLOCK + 77, seed=8)
+    for offset in range(0, len(data), 10_000):
+        handle.pwrite(offset, data[offset:offset + 10_000])
+    assert handle.pread(BLOCK - 5, 10) == data[BLOCK - 5:BLOCK + 5], "reads see blocks being sent"
+    handle.pwrite(3, b"rewrite")                 # a block already sent: copy-on-write again
+    expected = data[:3] + b"rewrite" + data[10:]
+    handle.commit()
+    assert not handle.dirty
+    assert _fresh(client, handle) == expected
+
+
+def test_write_behind_errors_surface_at_commit(cluster1: Cluster) -> None:
+    handle, client = _new_file(cluster1, "behind-fails")
+    handle = CurvineFile(client.blocks, handle.attr, node="test", writable=True,  # type: ignore[attr-defined]
+                         blocks=pb.BlocksReply(attr=handle.attr), write_behind=True)
+    handle.pwrite(0, random_bytes(BLOCK, seed=9))      # full: sent in the background
+    cluster1.kill_worker(0)
+    handle.pwrite(BLOCK, b"tail")
+    with pytest.raises(CurvineError):
+        handle.commit()
+    assert handle.dirty, "nothing was lost from memory: a later commit can retry"
