@@ -8,6 +8,11 @@ Contract (lmcache/v1/distributed/l2_adapters/native_connector_l2_adapter.py): `s
 return a future id at once; the work runs on our threads; each finished batch is queued as
 `(future_id, ok, error, per_key_bools)` and signalled on one eventfd that LMCache polls, then
 collected with `drain_completions()`.
+
+The keys of one get/set batch run in parallel on the pool (each key is one request to its owner;
+with one batch in flight, a serial loop left the other connections idle: `lmcache bench l2`
+stored 32 MiB values at a third of the speed); whichever key finishes last posts the batch's
+completion. A key that fails is False in the per-key results, never an exception into LMCache.
 """
 from __future__ import annotations
 
@@ -40,7 +45,13 @@ class CurvineNativeConnector:
     def event_fd(self) -> int:
         return self._event_fd
 
+    def _complete(self, completion: Completion) -> None:
+        with self._lock:
+            self._done.append(completion)
+        os.eventfd_write(self._event_fd, 1)
+
     def _submit(self, work: Callable[[], list[bool]]) -> int:
+        """One future for `work`, run on the pool as a whole."""
         future_id = next(self._ids)
 
         def run() -> None:
@@ -51,38 +62,51 @@ class CurvineNativeConnector:
             except Exception as exc:  # a bug must still complete the future, or LMCache waits forever
                 log.exception("native connector batch %d failed", future_id)
                 completion = (future_id, False, repr(exc), None)
-            with self._lock:
-                self._done.append(completion)
-            os.eventfd_write(self._event_fd, 1)
+            self._complete(completion)
 
         self._pool.submit(run)
         return future_id
 
+    def _submit_each(self, keys: list[str], buffers: list[memoryview],
+                     one: Callable[[str, memoryview], bool], what: str) -> int:
+        """One future for a batch whose keys run in parallel on the pool (per-key bools)."""
+        if len(keys) != len(buffers):
+            raise ValueError(f"{len(keys)} keys but {len(buffers)} buffers")
+        future_id = next(self._ids)
+        results = [False] * len(keys)
+        remaining = [len(keys)]
+        lock = threading.Lock()
+        if not keys:
+            self._complete((future_id, True, "", []))
+            return future_id
+
+        def run(index: int) -> None:
+            try:
+                results[index] = one(keys[index], memoryview(buffers[index]).cast("B"))
+            except CurvineError as exc:
+                log.warning("%s %s failed: %s", what, keys[index], exc)
+            except Exception:  # a bug must still complete the future, or LMCache waits forever
+                log.exception("native connector: %s %s failed", what, keys[index])
+            with lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                self._complete((future_id, True, "", results))
+
+        for index in range(len(keys)):
+            self._pool.submit(run, index)
+        return future_id
+
     def submit_batch_get(self, keys: list[str], buffers: list[memoryview]) -> int:
-        def work() -> list[bool]:
-            results = []
-            for key, buffer in zip(keys, buffers, strict=True):
-                target = memoryview(buffer).cast("B")
-                try:
-                    results.append(self._kv.get_into(key, target) == len(target))
-                except CurvineError as exc:
-                    log.warning("get %s failed: %s", key, exc)
-                    results.append(False)
-            return results
-        return self._submit(work)
+        def get(key: str, target: memoryview) -> bool:
+            return self._kv.get_into(key, target) == len(target)
+        return self._submit_each(keys, buffers, get, "get")
 
     def submit_batch_set(self, keys: list[str], buffers: list[memoryview]) -> int:
-        def work() -> list[bool]:
-            results = []
-            for key, buffer in zip(keys, buffers, strict=True):
-                try:
-                    self._kv.put(key, memoryview(buffer).cast("B"))
-                    results.append(True)
-                except CurvineError as exc:
-                    log.warning("put %s failed: %s", key, exc)
-                    results.append(False)
-            return results
-        return self._submit(work)
+        def put(key: str, data: memoryview) -> bool:
+            self._kv.put(key, data)
+            return True
+        return self._submit_each(keys, buffers, put, "put")
 
     def submit_batch_exists(self, keys: list[str]) -> int:
         def work() -> list[bool]:
