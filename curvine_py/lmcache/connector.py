@@ -42,6 +42,16 @@ def plugin_params(config: Any, plugin_name: str) -> dict[str, Any]:
     return {k[len(prefix):]: v for k, v in extra.items() if k.startswith(prefix)}
 
 
+def _log_failure(what: str, key: CacheEngineKey | None, exc: Exception) -> None:
+    """Expected failures (worker down, timeout) as one warning line; anything else is a bug in
+    curvine_py and gets its traceback, but still becomes a miss for LMCache."""
+    name = key.to_string() if key is not None else "-"
+    if isinstance(exc, CurvineError):
+        log.warning("%s %s failed: %s", what, name, exc)
+    else:
+        log.exception("%s %s failed unexpectedly", what, name)
+
+
 class CurvineConnector(RemoteConnector):  # type: ignore[misc]
     def __init__(self, loop: asyncio.AbstractEventLoop, local_cpu_backend: Any, config: Any,
                  plugin_name: str = PLUGIN) -> None:
@@ -65,8 +75,8 @@ class CurvineConnector(RemoteConnector):  # type: ignore[misc]
     def exists_sync(self, key: CacheEngineKey) -> bool:
         try:
             return self._kv.exists(key.to_string())
-        except CurvineError as exc:
-            log.warning("exists %s failed: %s", key.to_string(), exc)
+        except Exception as exc:  # noqa: BLE001 - the cache must never break serving: a miss
+            _log_failure("exists", key, exc)
             return False
 
     async def get(self, key: CacheEngineKey) -> MemoryObj | None:
@@ -81,8 +91,8 @@ class CurvineConnector(RemoteConnector):  # type: ignore[misc]
         target = memoryview(memory_obj.byte_array).cast("B")
         try:
             found = self._kv.get_with_meta(name, target)
-        except CurvineError as exc:
-            log.warning("get %s failed: %s", name, exc)
+        except Exception as exc:  # noqa: BLE001 - the cache must never break serving: a miss
+            _log_failure("get", key, exc)
             found = None
         if found is None:
             memory_obj.ref_count_down()
@@ -113,13 +123,14 @@ class CurvineConnector(RemoteConnector):  # type: ignore[misc]
                               memory_obj.get_memory_format()).serialize()
         try:
             self._kv.put(key.to_string(), buffer, user_meta=meta)
-        except CurvineError as exc:
-            log.warning("put %s failed: %s", key.to_string(), exc)
+        except Exception as exc:  # noqa: BLE001 - a failed put leaves the key a miss
+            _log_failure("put", key, exc)
 
     def remove_sync(self, key: CacheEngineKey) -> bool:
         try:
             return self._kv.delete(key.to_string())
-        except CurvineError:
+        except Exception as exc:  # noqa: BLE001
+            _log_failure("remove", key, exc)
             return False
 
     async def list(self) -> list[str]:
@@ -160,8 +171,8 @@ class CurvineConnector(RemoteConnector):  # type: ignore[misc]
     def batched_contains(self, keys: list[CacheEngineKey]) -> int:
         try:
             return self._kv.exists_prefix([k.to_string() for k in keys])
-        except CurvineError as exc:
-            log.warning("batched contains failed: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - the cache must never break serving: a miss
+            _log_failure("batched contains", keys[0] if keys else None, exc)
             return 0
 
     def support_batched_async_contains(self) -> bool:
