@@ -1,0 +1,57 @@
+"""Real eviction under LMCache: a worker with a 4 MiB data dir (cache-class KV objects, LRU above
+the 90% watermark down to 75%) receives sequence A (4 chunks of 512 KiB), then sequence B (4 more):
+storing B evicts A's oldest chunks. A fresh engine in another namespace then sees A's evicted
+chunks as clean misses (contains False, lookup/retrieve stop before them: no error, no wrong
+bytes), while B, and the tail of A that survived, are still there, B retrieved bit-exact.
+(A short EXISTS pin grace: LMCache's own lookups pin chunks for that long, which would keep them.)
+"""
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from tests.harness import wait_until
+from tests.lmcache.curvine_lab import (
+    MODEL,
+    TOKENS,
+    assert_full_hit,
+    curvine_lab,
+    entries,
+    plugin_config,
+    read,
+)
+from tests.lmcache.engine_proc import RESEED_STEP
+from tests.lmcache.harness import EngineJob, require_lmcache, run_engine
+from tests.netns import netns_supported
+
+require_lmcache()
+pytestmark = pytest.mark.skipif(not netns_supported()[0], reason=netns_supported()[1])
+
+SEED_A = 61
+SEED_B = SEED_A + RESEED_STEP     # the reader's "reseed" op moves from A to B
+
+
+def test_evicted_chunks_are_clean_misses(tmp_path: pathlib.Path) -> None:
+    assert MODEL.chunk_bytes() == 512 * 1024
+    with curvine_lab(tmp_path, workers=1, capacity="4MiB", worker_args=["--pin-grace-ms", "200"]) as lab:
+        cfg = plugin_config(lab)
+        for seed in (SEED_A, SEED_B):   # B after A: A is the least recently used
+            writer = run_engine(EngineJob(cfg, ["store", "flush"], TOKENS, seed, model=MODEL), prefix=lab.writer)
+            assert entries(writer, "flush")[0]["put_failed"] == 0
+        master = lab.cluster.client().master
+        wait_until(lambda: sum(w.evictions for w in master.report().workers) > 0, 10, "an eviction reported")
+        reader = read(lab, cfg, SEED_A, ops=("contains", "lookup", "retrieve", "reseed", "contains", "lookup",
+                                             "retrieve"))
+    a, b = (c["chunks"]["RemoteBackend-curvine"] for c in entries(reader, "contains"))
+    evicted = a.index(True) if True in a else len(a)
+    assert evicted >= 1, f"A's oldest chunk was evicted: {a}"
+    assert a == [False] * evicted + [True] * (len(a) - evicted), "LRU: A's oldest chunks went first"
+    assert evicted < len(a), "A's newest chunk survived (the watermarks stop at 75%)"
+    assert b == [True] * len(b), "B, stored last, is whole"
+    lookup_a, lookup_b = entries(reader, "lookup")
+    retrieve_a, retrieve_b = entries(reader, "retrieve")
+    assert lookup_a["hit_tokens"] == 0          # the prefix stops at the evicted chunk 0: a clean miss
+    assert retrieve_a["hit_tokens"] == 0 and retrieve_a["mismatched_tokens"] == 0
+    assert lookup_b["hit_tokens"] == TOKENS
+    assert_full_hit(retrieve_b)
