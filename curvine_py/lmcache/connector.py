@@ -28,7 +28,7 @@ from lmcache.v1.storage_backend.connector import ConnectorAdapter, ConnectorCont
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
 from curvine_py.core.errors import CurvineError
-from curvine_py.lmcache.settings import client_from
+from curvine_py.lmcache.settings import client_from, parallelism
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -61,8 +61,7 @@ class CurvineConnector(RemoteConnector):  # type: ignore[misc]
         self.local_cpu_backend = local_cpu_backend
         self._client = client_from(params)
         self._kv = self._client.kv
-        self._pool = ThreadPoolExecutor(max_workers=int(params.get("num_workers", 4)),
-                                        thread_name_prefix="curvine-lmcache")
+        self._pool = ThreadPoolExecutor(max_workers=parallelism(params), thread_name_prefix="curvine-lmcache")
         log.info("curvine connector %s -> master %s", plugin_name, self._client.config.master)
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:

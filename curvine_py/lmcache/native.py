@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from curvine_py.core.errors import CurvineError
-from curvine_py.lmcache.settings import client_from
+from curvine_py.lmcache.settings import client_from, parallelism
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +33,10 @@ Completion = tuple[int, bool, str, list[bool] | None]
 
 
 class CurvineNativeConnector:
-    def __init__(self, num_workers: int = 4, **params: Any) -> None:
+    def __init__(self, **params: Any) -> None:
         self._client = client_from(params)
         self._kv = self._client.kv
-        self._pool = ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="curvine-l2")
+        self._pool = ThreadPoolExecutor(max_workers=parallelism(params), thread_name_prefix="curvine-l2")
         self._event_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._done: list[Completion] = []
         self._lock = threading.Lock()

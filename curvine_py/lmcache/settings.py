@@ -9,9 +9,16 @@ from typing import Any
 from curvine_py.client import CurvineClient
 from curvine_py.core.errors import InvalidArgument
 
+DEFAULT_PARALLEL = 4   # requests in flight per connector (one chunk each): threads and pooled connections
+
+
+def parallelism(params: Mapping[str, Any]) -> int:
+    return max(1, int(params.get("num_workers", DEFAULT_PARALLEL)))
+
 
 def client_from(params: Mapping[str, Any]) -> CurvineClient:
-    """Builds the client from `master`, `token`, `node`, `replicas` (plugin params or env)."""
+    """Builds the client from `master`, `token`, `node`, `replicas`, `timeout_s`, `num_workers`
+    (plugin params or env). Every parallel request keeps its pooled connection to a worker."""
     master = params.get("master") or os.environ.get("CURVINE_MASTER")
     if not master:
         raise InvalidArgument("curvine LMCache plugin needs `master` (HOST:PORT) or CURVINE_MASTER")
@@ -21,4 +28,5 @@ def client_from(params: Mapping[str, Any]) -> CurvineClient:
         node=str(params.get("node") or os.environ.get("CURVINE_NODE") or socket.gethostname()),
         kv_replicas=int(params.get("replicas", 1)),
         data_timeout_s=float(params.get("timeout_s", 10.0)),
+        connections_per_worker=parallelism(params),
     )
