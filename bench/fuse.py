@@ -167,8 +167,12 @@ class Bench:
         for t in range(threads):
             (top / f"t{t}").mkdir()
             groups.append([top / f"t{t}" / f"f{i:06d}" for i in range(t, files, threads)])
-        result = {"create": _rate(lambda p: os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)), groups),
-                  "stat_warm": _rate(os.stat, groups)}
+        result = {"create": _rate(lambda p: os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)), groups)}
+        # Hot names (LMCache stats the same chunk keys again and again): 100 per thread, 10 passes,
+        # well within the 1 s the kernel may answer them from its caches.
+        hot = [group[:100] * 10 for group in groups]
+        os.stat(hot[0][0])
+        result["stat_warm"] = _rate(os.stat, hot)
         time.sleep(entry_timeout + 0.2)     # the kernel's entries and attributes expire
         result["stat"] = _rate(os.stat, groups)
         result["unlink"] = _rate(os.unlink, groups)
@@ -286,7 +290,7 @@ def doc_section(info: dict[str, Any], payload: dict[str, Any]) -> str:
         rows += [
             [f"create, {t} thread(s)", *ops(f"create_t{t}"), ">= 1,000/s"],
             [f"stat (kernel caches expired), {t} thread(s)", *ops(f"stat_t{t}"), ">= 3,000/s"],
-            [f"stat right after create (kernel caches), {t} thread(s)",
+            [f"stat of hot names (kernel caches), {t} thread(s)",
              f"{r[f'stat_warm_t{t}']['subject_median']:,.0f}/s", "", "", ""],
             [f"unlink, {t} thread(s)", *ops(f"unlink_t{t}"), ""],
         ]
