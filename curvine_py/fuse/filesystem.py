@@ -104,7 +104,7 @@ class Listed:
     dot: bool          # "." or "..": the kernel takes no reference for these
 
 
-def kind_of(mode: int) -> int:
+def kind_of(mode: int) -> cpb.FileType:
     kind = _KIND_BY_IFMT.get(stat.S_IFMT(mode))
     if kind is None:
         raise InvalidArgument(f"unsupported file type {stat.S_IFMT(mode):o}")
@@ -206,7 +206,7 @@ class Filesystem:
         target: str = await self._icall(self.master.readlink, ino)
         return target
 
-    async def make(self, parent: int, name: str, kind: int, mode: int, uid: int, gid: int, *,
+    async def make(self, parent: int, name: str, kind: cpb.FileType, mode: int, uid: int, gid: int, *,
                    rdev: int = 0, target: str = "") -> cpb.Attr:
         """mkdir, mknod, symlink: always exclusive."""
         self._writable()

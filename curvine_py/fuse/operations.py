@@ -159,7 +159,9 @@ class Operations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=handle.fh, direct_io=direct, keep_cache=self._keep_cache)
 
     @boundary
-    async def read(self, fh: int, off: int, size: int) -> memoryview:
+    async def read(self, fh: int, off: int, size: int) -> memoryview:  # type: ignore[override]
+        # pyfuse3 accepts any contiguous buffer (PyObject_GetBuffer), so a view of a pooled
+        # page-aligned buffer goes out without a copy to bytes.
         return await self.fs.read(fh, off, size)
 
     @boundary
