@@ -4,8 +4,8 @@ Why: every read is verified against the per-1 MiB chunk digests the worker store
 Hashing a 32 MiB object after the whole of it has arrived reads it back from main memory (it no
 longer fits in the CPU caches): ~3 ms of xxh3 added serially after the receive. Filling the buffer
 one chunk at a time and hashing each chunk right after it lands, while it is still in cache, does
-the same verification for a fraction of that (bench kv: TCP get +5-15%, short-circuit get
-+15-35% on 14-32 MiB objects). The bytes verified are exactly the same and nothing is returned
+the same verification for a fraction of that (same-run A/B on 14-32 MiB objects: TCP get
++10-30%, short-circuit get up to +35%). The bytes verified are exactly the same and nothing is returned
 before every digest is in.
 
 A helper thread hashing chunk i while chunk i+1 arrives was measured too (xxhash and recv_into
