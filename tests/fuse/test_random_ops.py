@@ -97,7 +97,7 @@ def test_fifty_thousand_random_operations_match_a_local_directory(tmp_path: path
             size = pair.sizes()[1]
             roll = rng.random()
             touched: tuple[int, int] | None = None
-            if roll < 0.40:                                         # write, sometimes past the end
+            if roll < 0.42:                                         # write, sometimes past the end
                 offset = rng.randrange(0, min(MAX_SIZE, size + (1 << 20)) + 1)
                 length = rng.choice((1, 7, 512, 4096, 65536, rng.randrange(1, 300_000)))
                 length = max(1, min(length, MAX_SIZE - offset))
@@ -105,13 +105,13 @@ def test_fifty_thousand_random_operations_match_a_local_directory(tmp_path: path
                 history.append(f"f{index} pwrite off={offset} len={length} (size {size})")
                 same("written count", os.pwrite(pair.fds[0], data, offset), os.pwrite(pair.fds[1], data, offset))
                 touched = (offset, length)
-            elif roll < 0.72:                                       # read
+            elif roll < 0.74:                                       # read
                 offset = rng.randrange(0, size + 4096)
                 length = rng.choice((1, 100, 4096, 131072, rng.randrange(1, 1 << 20)))
                 history.append(f"f{index} pread off={offset} len={length} (size {size})")
                 remote, here = pair.pread(offset, length)
                 same("pread", remote, here)
-            elif roll < 0.76:                                       # truncate: shrink or grow
+            elif roll < 0.78:                                       # truncate: shrink or grow
                 new_size = rng.choice((0, rng.randrange(0, size + 1), rng.randrange(0, MAX_SIZE)))
                 history.append(f"f{index} ftruncate {size} -> {new_size}")
                 os.ftruncate(pair.fds[0], new_size)
