@@ -439,6 +439,19 @@ class CurvineFile(io.RawIOBase):
             self._size_dirty = True
 
     # -- without blocking (callers on an event loop: FUSE) -----------------------------------
+    def try_close(self) -> bool:
+        """close() when there is nothing to commit and no other thread holds the file; False
+        (and still open) otherwise, for the caller to close it from a thread."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self.dirty:
+                return False
+            self.close()
+            return True
+        finally:
+            self._lock.release()
+
     def try_pread_into(self, offset: int, out: memoryview) -> int | None:
         """pread_into when every byte is in memory (uncommitted writes, blocks this handle
         committed, read-ahead chunks already fetched, holes, past the end); None when a worker

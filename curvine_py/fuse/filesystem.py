@@ -233,27 +233,24 @@ class Filesystem:
         reply: pb.UnlinkReply = await self._call(self.master_unlink, parent, name, False, keep)
         self.attrs.drop(reply.ino)
         self._touch(parent)
-        self._unlinked(reply.ino, reply.nlink, kept=keep)
+        await self._unlinked(reply.ino, reply.nlink, kept=keep)
 
     def master_unlink(self, parent: int, name: str, directory: bool, keep: bool) -> pb.UnlinkReply:
         return self.master.unlink(parent, name, directory=directory, keep_orphan=keep)
 
-    def _unlinked(self, ino: int, nlink: int, *, kept: bool) -> None:
+    async def _unlinked(self, ino: int, nlink: int, *, kept: bool) -> None:
         if nlink > 0 or not ino:
             return
         opened = self.handles.open_files.get(ino)
         if opened is not None:
-            opened.unlinked = True
+            opened.unlinked = True      # its last release frees it
         elif kept:
-            self._release_orphan_later(ino)
-
-    def _release_orphan_later(self, ino: int) -> None:
-        # Not open here after all: free it now. Errors only leak the orphan (the master's fsck
-        # lists it); the unlink itself succeeded.
-        try:
-            self.master.release_orphan(ino)
-        except CurvineError as exc:
-            log.warning("could not release orphan inode %d: %s", ino, exc)
+            # Not open here after all (or closed meanwhile): free it now. A failure only leaks
+            # the orphan (the master's fsck lists it); the unlink itself succeeded.
+            try:
+                await self._call(self.master.release_orphan, ino)
+            except CurvineError as exc:
+                log.warning("could not release orphan inode %d: %s", ino, exc)
 
     async def rmdir(self, parent: int, name: str) -> None:
         self._writable()
@@ -436,10 +433,8 @@ class Filesystem:
                 # Close it here, in a thread: left to the garbage collector, io.RawIOBase.__del__
                 # would retry a failed commit on whatever thread collects it (even trio's).
                 try:
-                    if opened.file.dirty:
+                    if not opened.file.try_close():     # clean and free: closed without a hop
                         await self._data(opened.file.close)
-                    else:
-                        opened.file.close()     # nothing to commit: no I/O, no thread hop
                 except CurvineError as exc:
                     log.error("inode %d: closing after a failed commit failed too: %s", opened.ino, exc)
                 if opened.unlinked:
