@@ -488,6 +488,37 @@ class CurvineFile(io.RawIOBase):
         finally:
             self._lock.release()
 
+    def try_plan_read(self, offset: int, out: memoryview) -> tuple[int, list[tuple[pb.BlockInfo, int, memoryview]]] | None:
+        """For callers that fetch stored blocks themselves (the FUSE mount, on trio sockets):
+        copies what is in memory into `out`, zero-fills holes, and returns (length, pieces), each
+        piece (block, offset in the block, target view) still to be read from a worker. None if
+        another thread holds the file. Never blocks."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            length = max(0, min(len(out), self.size - offset))
+            pieces: list[tuple[pb.BlockInfo, int, memoryview]] = []
+            for extent in layout.extents(offset, length, self.block_size):
+                target = out[extent.buffer_offset:extent.buffer_offset + extent.length]
+                if self._in_memory(extent.index):
+                    self._read_extent(extent.index, extent.block_offset, target)
+                    continue
+                data = self._fetched(extent.index, extent.block_offset, extent.length)
+                block = self._blocks[extent.index]
+                stored = min(len(target), max(0, block.length - extent.block_offset))
+                if stored < len(target):
+                    target[stored:] = bytes(len(target) - stored)
+                if data is not None:
+                    start = extent.block_offset - extent.block_offset % layout.CHUNK_SIZE
+                    target[:stored] = data[extent.block_offset - start:extent.block_offset - start + stored]
+                elif stored:
+                    pieces.append((block, extent.block_offset, target[:stored]))
+            if self._ahead is not None:
+                self._plan_ahead(offset, length)
+            return length, pieces
+        finally:
+            self._lock.release()
+
     def _fetched(self, index: int, inner: int, length: int) -> memoryview | None:
         """A read-ahead chunk that is already here and covers [inner, inner+length) of block
         `index` (call under the lock); None otherwise."""

@@ -69,6 +69,14 @@ class MembershipCache:
             return self._view
         return self.refresh()
 
+    def peek(self) -> View | None:
+        """The cached view if it is still fresh, without ever calling the master (for callers on
+        an event loop, which must not block); None when a refresh is due."""
+        view = self._view
+        if view is not None and self._clock() - self._fetched_at < self._refresh_s:
+            return view
+        return None
+
     def refresh(self) -> View:
         with self._lock:
             try:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from curvine_py.client import CurvineClient
+from curvine_py.client.buffers import aligned
 from curvine_py.client.files import CurvineFile
 from curvine_py.core.errors import (
     CurvineError,
@@ -39,8 +40,9 @@ from curvine_py.core.errors import (
     NotFound,
     NotPermitted,
 )
+from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader, stored_range
 from curvine_py.fuse.offload import Offload
-from curvine_py.fuse.readbuf import ReplyBuffers
+from curvine_py.fuse.readbuf import POOLED, ReplyBuffers
 from curvine_py.fuse.state import (
     AttrCache,
     DirHandle,
@@ -63,7 +65,7 @@ RENAME_EXCHANGE = 2
 CAPABILITY = "security.capability"
 # Bytes fetched ahead of a sequential reader, in the background: the kernel's own read-ahead
 # (4 MiB) keeps a few 1 MiB requests in flight; these find their chunk already fetched.
-READ_AHEAD = 8 << 20
+READ_AHEAD = int(os.environ.get("CURVINE_FUSE_READ_AHEAD", "0"))
 
 _KIND_BY_IFMT = {
     stat.S_IFREG: cpb.REGULAR, stat.S_IFDIR: cpb.DIRECTORY, stat.S_IFLNK: cpb.SYMLINK,
@@ -113,7 +115,7 @@ def kind_of(mode: int) -> cpb.FileType:
 
 class Filesystem:
     def __init__(self, client: CurvineClient, offload: Offload, *, root: int, node: str,
-                 read_only: bool = False, attr_ttl: float = 0.0) -> None:
+                 read_only: bool = False, attr_ttl: float = 0.0, reader: TrioBlockReader | None = None) -> None:
         self.client = client
         self.master = client.master
         self.offload = offload
@@ -123,6 +125,7 @@ class Filesystem:
         self.handles = Handles()
         self.buffers = ReplyBuffers()
         self.attrs = AttrCache(attr_ttl)
+        self.reader = reader
         # security.capability is asked for before every write (the kernel's killpriv check):
         # its answers are cached like attributes. ino -> (expiry, value or None).
         self._capability: dict[int, tuple[float, bytes | None]] = {}
@@ -388,10 +391,36 @@ class Filesystem:
         opened = self._handle(fh).open
         buffer = self.buffers.acquire(size)
         n = opened.file.try_pread_into(offset, buffer[:size])     # in memory: no thread hop
+        if n is None and self.reader is not None:
+            n = await self._fast_read(opened, offset, buffer[:size])  # trio sockets: no thread hop
         if n is None:
             n = await self._data(opened.file.pread_into, offset, buffer[:size])
         self.buffers.defer(buffer)   # no await from here to the reply (readbuf.py)
         return buffer[:n]
+
+    async def _fast_read(self, opened: OpenFile, offset: int, out: memoryview) -> int | None:
+        """The read through dataplane.TrioBlockReader; None to use the threaded client instead
+        (busy file, membership due for a refresh, or any trouble with a worker)."""
+        assert self.reader is not None
+        view = self.client.blocks.membership.peek()
+        plan = opened.file.try_plan_read(offset, out) if view is not None else None
+        if plan is None or view is None:
+            return None
+        length, pieces = plan
+        try:
+            for block, inner, target in pieces:
+                start, want, minimum = stored_range(block, inner, len(target))
+                if start == inner and want == len(target):
+                    await self.reader.read(view, block, start, want, target, minimum)
+                    continue
+                scratch = aligned(want) if want > POOLED else self.buffers.acquire(want)
+                data = await self.reader.read(view, block, start, want, scratch, minimum)
+                target[:] = data[inner - start:inner - start + len(target)]
+                self.buffers.defer(scratch)
+        except FastPathMiss as exc:
+            log.debug("fast read of inode %d at %d: %s; using the threaded client", opened.ino, offset, exc)
+            return None
+        return length
 
     async def write(self, fh: int, offset: int, data: bytes) -> int:
         handle = self._handle(fh)

@@ -21,6 +21,7 @@ from curvine_py.config import ClientConfig, load
 from curvine_py.core.errors import CurvineError, NotADirectory, errno_name
 from curvine_py.fuse import mountpoint
 from curvine_py.fuse.attrs import Timeouts
+from curvine_py.fuse.dataplane import TrioBlockReader
 from curvine_py.fuse.filesystem import Filesystem
 from curvine_py.fuse.offload import Offload
 from curvine_py.fuse.operations import Operations
@@ -55,8 +56,13 @@ def resolve_root(client: CurvineClient, subdir: str) -> int:
 
 async def serve(options: MountOptions, client: CurvineClient, root: int) -> None:
     offload = Offload(deadline_s=options.deadline_s, data_threads=DATA_THREADS)
+    reader = None
+    if os.environ.get("CURVINE_FUSE_TRIO_READS", "1") != "0":
+        reader = TrioBlockReader(token=client.config.token, timeout_s=client.config.data_timeout_s,
+                                 max_payload=client.config.max_payload, per_worker=DATA_THREADS,
+                                 is_local=client.io.is_local)
     fs = Filesystem(client, offload, root=root, node=client.node, read_only=options.read_only,
-                    attr_ttl=options.attr_timeout)
+                    attr_ttl=options.attr_timeout, reader=reader)
     ops = Operations(fs, Timeouts(options.attr_timeout, options.entry_timeout, options.negative_timeout),
                      writeback_cache=options.writeback_cache, direct_io=options.direct_io,
                      keep_cache=options.keep_cache)
@@ -94,6 +100,10 @@ async def _announce(options: MountOptions) -> None:
 
 
 def main(argv: list[str]) -> int:
+    # pyfuse3 copies each 1 MiB reply into the kernel holding the GIL; threads receiving from
+    # workers reacquire it after every recv. With the default 5 ms switch interval they queue
+    # behind it (the convoy effect): a short interval keeps data threads flowing.
+    sys.setswitchinterval(float(os.environ.get("CURVINE_FUSE_SWITCH_INTERVAL", "0.0005")))
     try:
         options = parse(argv)
     except CurvineError as exc:
