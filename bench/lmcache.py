@@ -109,17 +109,33 @@ while True:
 
 
 @contextlib.contextmanager
-def raw_server(host: str, workdir: pathlib.Path, prefix: Sequence[str] = ()) -> Iterator[tuple[str, int]]:
-    """The raw pair's server process (in a namespace with `prefix`), bound to `host`."""
+def raw_server(host: str, workdir: pathlib.Path, prefix: Sequence[str] = ()) -> Iterator[tuple[str, int, int]]:
+    """The raw pair's server process (in a namespace with `prefix`), bound to `host`: (host, port, pid)."""
     workdir.mkdir(parents=True, exist_ok=True)
+    # `ip netns exec` execs its command: the pid is the server's
     proc = subprocess.Popen([*prefix, sys.executable, "-c", RAW_SERVER, host, str(workdir)],
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert proc.stdout is not None
-        yield host, int(proc.stdout.readline())
+        yield host, int(proc.stdout.readline()), proc.pid
     finally:
         proc.kill()
         proc.wait()
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds the live threads of a process have run (schedstat, nanoseconds)."""
+    total = 0
+    try:
+        tasks = list(pathlib.Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass   # the thread ended meanwhile
+    return total / 1e9
 
 
 # -- the measuring child (real LMCache objects) --------------------------------------------------
@@ -205,8 +221,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         t1 = time.perf_counter()
         hits = backend.batched_contains(keys)
         t2 = time.perf_counter()
+        cpu0 = cpu_now(name)
         got = backend.batched_get_blocking(keys)
         t3 = time.perf_counter()
+        cpu1 = cpu_now(name)
         try:
             if hits != count:
                 raise RuntimeError(f"{name}: batched contains found {hits} of {count}")
@@ -225,7 +243,15 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                         cleaners[name].delete(key.to_string())
                     else:
                         backend.connection.remove_sync(key)
-        return {"put_s": t1 - t0, "contains_s": t2 - t1, "get_s": t3 - t2}
+        return {"put_s": t1 - t0, "contains_s": t2 - t1, "get_s": t3 - t2,
+                "get_client_cpu_s": cpu1[0] - cpu0[0], "get_server_cpu_s": cpu1[1] - cpu0[1]}
+
+    # CPU seconds (this process, the serving process) around each get: where the time goes.
+    server_pids: dict[str, int] = {k: int(v) for k, v in spec.get("server_pids", {}).items()}
+
+    def cpu_now(name: str) -> tuple[float, float]:
+        pid = server_pids.get(name)
+        return process_cpu(os.getpid()), (process_cpu(pid) if pid else 0.0)
 
     request = struct.Struct("<cQ")
     raw_sock = socket.create_connection((spec["raw"][0], int(spec["raw"][1])))
@@ -235,6 +261,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     raw_out[:] = os.urandom(size)
 
     def raw_sample() -> dict[str, float]:
+        cpu0 = cpu_now("raw")
         t0 = time.perf_counter()
         for _ in range(count):
             raw_sock.sendall(request.pack(b"G", size))
@@ -245,13 +272,15 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                     raise EOFError("raw server went away")
                 got += n
         t1 = time.perf_counter()
+        cpu1 = cpu_now("raw")
         for _ in range(count):
             raw_sock.sendall(request.pack(b"P", size))
             raw_sock.sendall(raw_out)
             if raw_sock.recv(1) != b"K":
                 raise EOFError("raw server went away")
         t2 = time.perf_counter()
-        return {"get_s": t1 - t0, "put_s": t2 - t1}
+        return {"get_s": t1 - t0, "put_s": t2 - t1,
+                "get_client_cpu_s": cpu1[0] - cpu0[0], "get_server_cpu_s": cpu1[1] - cpu0[1]}
 
     # Warm-up: connections, pools, the raw file in the page cache, server-side allocations.
     raw_sample()
@@ -303,6 +332,10 @@ def run_child(spec: dict[str, Any], *, timeout: float = 1800.0) -> dict[str, Any
 
 
 # -- the servers -----------------------------------------------------------------------------------
+def _pid(server: Any) -> int:
+    return int(server.process.pid) if server.process is not None else 0
+
+
 def plugin_entry(name: str, master: str, *, node: str, token: str = "") -> dict[str, Any]:
     prefix = "remote_storage_plugin.curvine."
     extra = {prefix + "module_path": "curvine_py.lmcache.connector",
@@ -343,8 +376,12 @@ def part1(root: pathlib.Path, args: Any) -> dict[str, Any]:
         if args.backends:
             wanted = set(args.backends.split(","))
             backends = [b for b in backends if b["name"] in wanted]
-        spec = {"geometry": LLAMA_8B, "count": args.count, "repeats": args.repeats, "raw": list(raw),
-                "backends": backends}
+        worker_pid = worker.process.pid
+        # (fs:// is served by the mount and the worker together: no single server process to meter)
+        pids = {"raw": raw[2], "native": worker_pid, "native_local": worker_pid, "lm_curvine": worker_pid,
+                "lm_stock": _pid(stock), "redis": _pid(redis)}
+        spec = {"geometry": LLAMA_8B, "count": args.count, "repeats": args.repeats, "raw": list(raw[:2]),
+                "backends": backends, "server_pids": pids}
         print(f"part 1: {len(backends)} backends x {args.count} chunks of {chunk_bytes(LLAMA_8B) >> 20} MiB, "
               f"{args.repeats} repeats", file=sys.stderr, flush=True)
         result = run_child(spec)
@@ -400,7 +437,11 @@ def remote(root: pathlib.Path, args: Any, *, geometry: dict[str, Any], count: in
             stock = stack.enter_context(StockLMServer(host=ns.address, prefix=ns.prefix))
             redis = stack.enter_context(RedisServer(host=ns.address, prefix=ns.prefix))
             backends += [{"name": "lm_stock", "url": stock.url}, {"name": "redis", "url": redis.url}]
-        spec = {"geometry": geometry, "count": count, "repeats": repeats, "raw": list(raw), "backends": backends}
+        pids = {"raw": raw[2], "native": worker.process.pid, "lm_curvine": worker.process.pid}
+        if baselines:
+            pids.update(lm_stock=_pid(stock), redis=_pid(redis))
+        spec = {"geometry": geometry, "count": count, "repeats": repeats, "raw": list(raw[:2]), "backends": backends,
+                "server_pids": pids}
         print(f"across a veth link: {len(backends)} backends x {count} chunks of {chunk_bytes(geometry) >> 20} MiB, "
               f"{repeats} repeats", file=sys.stderr, flush=True)
         return run_child(spec)
@@ -422,8 +463,17 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
     """GB/s medians per backend and op, and per-repeat ratios to the raw pair."""
     nbytes = result["bytes_per_sample"]
     raw = result["raw"]
-    out: dict[str, Any] = {"raw": {op: common.median(common.gbps(nbytes, s[f"{op}_s"]) for s in raw)
-                                   for op in ("get", "put")}}
+    gigabytes = nbytes / 1e9
+
+    def cpu(samples: list[dict[str, float]], side: str) -> float | None:
+        """Median CPU s/GB of a get; None where not metered (or a serving thread ended mid-sample:
+        the per-thread counters of the live threads then went down)."""
+        values = [s[f"get_{side}_cpu_s"] / gigabytes for s in samples]
+        return common.median(values) if all(v > 0 for v in values) else None
+
+    out: dict[str, Any] = {"raw": {**{op: common.median(common.gbps(nbytes, s[f"{op}_s"]) for s in raw)
+                                      for op in ("get", "put")},
+                                   "get_cpu": {"client": cpu(raw, "client"), "server": cpu(raw, "server")}}}
     for name, samples in result["backends"].items():
         entry: dict[str, Any] = {}
         for op in ("get", "put"):
@@ -432,6 +482,7 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
             entry[op] = {"gbps": common.median(pair.subject), "vs_raw": pair.ratio,
                          "ms": common.median(s[f"{op}_s"] * 1e3 for s in samples)}
         entry["contains_ms"] = common.median(s["contains_s"] * 1e3 for s in samples)
+        entry["get_cpu"] = {"client": cpu(samples, "client"), "server": cpu(samples, "server")}
         out[name] = entry
     return out
 
@@ -455,9 +506,9 @@ LABELS = {
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--child":
         return child_main(argv[1:])
-    p = common.parser("lmcache", __doc__.splitlines()[0], repeats=5)
+    p = common.parser("lmcache", __doc__.splitlines()[0], repeats=7)
     p.add_argument("--count", type=int, default=8, help="32 MiB chunks per sample (default 8 = 256 MiB)")
-    p.add_argument("--scenario-repeats", type=int, default=15, help="repeats of the reference scenario (default 15)")
+    p.add_argument("--scenario-repeats", type=int, default=21, help="repeats of the reference scenario (default 21)")
     p.add_argument("--dir", default="/var/tmp", help="where data dirs and raw files live (default /var/tmp)")
     p.add_argument("--no-fs", action="store_true", help="skip fs:// over the FUSE mount")
     p.add_argument("--no-mp", action="store_true", help="skip `lmcache bench l2` (MP adapters)")
@@ -518,7 +569,14 @@ def main(argv: list[str]) -> int:
                      "raw_ms": common.median(r["get_s"] * 1e3 for r in p3["raw"]), "reference_ms": REFERENCE_MS},
         "ratios": ratios, "targets": verdicts,
     }
-    common.publish("lmcache", args, payload, render(payload))
+    try:
+        body = render(payload)
+    except Exception:
+        keep = pathlib.Path(tempfile.gettempdir()) / "bench-lmcache-payload.json"
+        keep.write_text(json.dumps(payload))
+        print(f"render failed; the measured payload is in {keep}", file=sys.stderr)
+        raise
+    common.publish("lmcache", args, payload, body)
     return 0
 
 
@@ -526,15 +584,22 @@ def _met(targets: dict[str, Any], name: str) -> str:
     return "met" if targets[name]["met"] else "**MISSED**"
 
 
+def _cpu(entry: dict[str, Any]) -> str:
+    """CPU seconds per GB of a get, client process / serving process."""
+    return " / ".join("n/a" if v is None else f"{v:.2f}" for v in (entry["get_cpu"]["client"],
+                                                                   entry["get_cpu"]["server"]))
+
+
 def _backend_table(summary: dict[str, Any], count: int) -> str:
-    rows = [["raw socket pair", f"{summary['raw']['get']:.2f}", "1.00x", f"{summary['raw']['put']:.2f}", "1.00x", ""]]
+    raw = summary["raw"]
+    rows = [["raw socket pair", f"{raw['get']:.2f}", "1.00x", _cpu(raw), f"{raw['put']:.2f}", "1.00x", ""]]
     for name, label in LABELS.items():
         if name in summary:
             e = summary[name]
-            rows.append([label, f"{e['get']['gbps']:.2f}", f"{e['get']['vs_raw']:.2f}x", f"{e['put']['gbps']:.2f}",
-                         f"{e['put']['vs_raw']:.2f}x", f"{e['contains_ms']:.2f}"])
-    return common.table(["backend", "get GB/s", "get vs raw", "put GB/s", "put vs raw",
-                         f"lookup of {count} ms"], rows)
+            rows.append([label, f"{e['get']['gbps']:.2f}", f"{e['get']['vs_raw']:.2f}x", _cpu(e),
+                         f"{e['put']['gbps']:.2f}", f"{e['put']['vs_raw']:.2f}x", f"{e['contains_ms']:.2f}"])
+    return common.table(["backend", "get GB/s", "get vs raw", "get CPU s/GB client / server", "put GB/s",
+                         "put vs raw", f"lookup of {count} ms"], rows)
 
 
 def render(payload: dict[str, Any]) -> str:
@@ -591,14 +656,16 @@ def render(payload: dict[str, Any]) -> str:
          "worker in namespace 0; raw = the same 7 requests to a raw server in namespace 0 over the same link; "
          f"median of {params['scenario_repeats']} repeats."),
         "",
-        common.table(["path", "retrieve ms", "GB/s", "time vs raw"], [
-            ["raw socket pair", f"{sc['raw_ms']:.1f}", f"{sc['summary']['raw']['get']:.2f}", "1.00x"],
+        common.table(["path", "retrieve ms", "GB/s", "time vs raw", "CPU s/GB client / server"], [
+            ["raw socket pair", f"{sc['raw_ms']:.1f}", f"{sc['summary']['raw']['get']:.2f}", "1.00x",
+             _cpu(sc["summary"]["raw"])],
             ["curvine native plugin", f"**{sc['native_ms']:.1f}**", f"{sc['summary']['native']['get']['gbps']:.2f}",
-             f"**{r['scenario_vs_raw_time']:.2f}x**"],
+             f"**{r['scenario_vs_raw_time']:.2f}x**", _cpu(sc["summary"]["native"])],
             ["curvine `lm://` port (stock client)", f"{sc['summary']['lm_curvine']['get']['ms']:.1f}",
              f"{sc['summary']['lm_curvine']['get']['gbps']:.2f}",
-             f"{1 / sc['summary']['lm_curvine']['get']['vs_raw']:.2f}x"],
-            ["reference", f"{sc['reference_ms']:.2f}", f"{sc['bytes_per_sample'] / sc['reference_ms'] / 1e6:.2f}", ""],
+             f"{1 / sc['summary']['lm_curvine']['get']['vs_raw']:.2f}x", _cpu(sc["summary"]["lm_curvine"])],
+            ["reference", f"{sc['reference_ms']:.2f}", f"{sc['bytes_per_sample'] / sc['reference_ms'] / 1e6:.2f}", "",
+             ""],
         ]),
         "",
         (f"Target: within {t['scenario_vs_raw_time']['target']:.2f}x the raw time: "
