@@ -14,6 +14,7 @@ The stream API (read/write/seek) keeps one position and is for one thread.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import io
 import logging
@@ -59,6 +60,7 @@ class _CleanBlock:
 
 MAX_CLEAN_BYTES = 32 << 20   # per open file: written blocks kept for re-reads and rewrites
 READ_AHEAD_THREADS = 4       # background fetches in flight, all files together
+SPARE_BLOCK_BUFFERS = 2      # per block size, all files together (a sequential writer needs two)
 READ_AHEAD_WAIT_S = 30.0     # bounded by the data timeout of the fetch itself; a safety net only
 
 
@@ -104,6 +106,7 @@ class BlockStore:
         self._ahead: ThreadPoolExecutor | None = None
         self._behind: ThreadPoolExecutor | None = None
         self._ahead_lock = threading.Lock()
+        self._free_blocks: dict[int, list[tuple[memoryview, int]]] = {}
 
     def close(self) -> None:
         self._fanout.shutdown(wait=False, cancel_futures=True)
@@ -111,6 +114,28 @@ class BlockStore:
             self._ahead.shutdown(wait=False, cancel_futures=True)
         if self._behind is not None:
             self._behind.shutdown(wait=False, cancel_futures=True)
+
+    def block_buffer(self, size: int) -> memoryview:
+        """A zero-filled, page-aligned buffer for a dirty block: a recycled one when there is one.
+        Writing into fresh anonymous memory costs a page fault per 4 KiB (measured: 0.64 GB/s
+        against 3.5 GB/s into memory touched before); re-zeroing what was used is cheaper."""
+        with self._ahead_lock:
+            free = self._free_blocks.get(size)
+            found = free.pop() if free else None
+        if found is None:
+            return aligned(size)
+        buffer, used = found
+        if used:
+            ctypes.memset(ctypes.addressof(ctypes.c_char.from_buffer(buffer)), 0, used)
+        return buffer
+
+    def recycle(self, buffer: memoryview, used: int) -> None:
+        """Takes back a block buffer nobody reads or writes any more; `used`: how many leading
+        bytes may be non-zero."""
+        with self._ahead_lock:
+            free = self._free_blocks.setdefault(len(buffer), [])
+            if len(free) < SPARE_BLOCK_BUFFERS:
+                free.append((buffer, min(used, len(buffer))))
 
     def upload(self, ino: int, index: int, data: memoryview, node: str) -> Future[pb.BlockInfo]:
         """`write` in the background (write-behind of full blocks)."""
@@ -212,9 +237,10 @@ class CurvineFile(io.RawIOBase):
         self.size = reply.attr.size
         self.block_size = reply.attr.block_size or reply.policy.block_size or DEFAULT_BLOCK_SIZE
         self._blocks = {b.index: b for b in reply.blocks}
-        if self._clean:      # keep only what still is the file's content
-            self._clean = {i: c for i, c in self._clean.items()
-                           if i in self._blocks and self._blocks[i].block_id == c.block_id}
+        for index, clean in list(self._clean.items()):   # keep only what still is the file's content
+            block = self._blocks.get(index)
+            if block is None or block.block_id != clean.block_id:
+                self._drop_clean(index)
 
     @property
     def dirty(self) -> bool:
@@ -274,8 +300,12 @@ class CurvineFile(io.RawIOBase):
             self.commit()
         finally:
             super().close()
+            for dirty in self._dirty.values():
+                if dirty.upload is None or dirty.upload.done():
+                    self._store.recycle(dirty.buffer, dirty.length)
             self._dirty.clear()
-            self._clean.clear()
+            for index in list(self._clean):
+                self._drop_clean(index)
             if self._ahead is not None:
                 self._ahead.forget_before(set())
             if self._on_close:
@@ -616,7 +646,7 @@ class CurvineFile(io.RawIOBase):
                     clean.buffer[length:clean.length] = bytes(clean.length - length)
                 dirty = self._dirty[index] = _DirtyBlock(clean.buffer, length)
                 return dirty
-            buffer = aligned(self.block_size)
+            buffer = self._store.block_buffer(self.block_size)
             length = 0
             if block is not None and block.length:
                 # copy-on-write: the new block starts as the old one's content
@@ -652,18 +682,26 @@ class CurvineFile(io.RawIOBase):
             block = latest.get(index)
             if block is not None:
                 self._keep(index, block, dirty)
+            else:
+                self._store.recycle(dirty.buffer, dirty.length)
 
     def _keep(self, index: int, block: pb.BlockInfo, dirty: _DirtyBlock) -> None:
         """Keeps a just-written block's buffer (oldest dropped first past MAX_CLEAN_BYTES; a
-        sequential writer of big blocks keeps nothing, so its memory stays one block)."""
+        sequential writer of big blocks keeps nothing, its buffers go back to the store)."""
         if block.length > MAX_CLEAN_BYTES:
+            self._store.recycle(dirty.buffer, dirty.length)
             return
         if dirty.length > block.length:      # bytes past the committed end must read as zeros
             dirty.buffer[block.length:dirty.length] = bytes(dirty.length - block.length)
-        self._clean.pop(index, None)
+        self._drop_clean(index)
         self._clean[index] = _CleanBlock(block.block_id, dirty.buffer, block.length)
         while sum(c.length for c in self._clean.values()) > MAX_CLEAN_BYTES:
-            del self._clean[next(iter(self._clean))]
+            self._drop_clean(next(iter(self._clean)))
+
+    def _drop_clean(self, index: int) -> None:
+        clean = self._clean.pop(index, None)
+        if clean is not None:
+            self._store.recycle(clean.buffer, clean.length)
 
     def _truncated(self, attr: cpb.Attr) -> None:
         """The block map after a committed truncate, derived locally as the master derives it
@@ -673,7 +711,7 @@ class CurvineFile(io.RawIOBase):
         first_gone = -(-attr.size // self.block_size)
         for index in [i for i in self._blocks if i >= first_gone]:
             del self._blocks[index]
-            self._clean.pop(index, None)
+            self._drop_clean(index)
         tail = attr.size % self.block_size
         last = self._blocks.get(attr.size // self.block_size)
         if tail and last is not None and last.length > tail:
