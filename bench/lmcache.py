@@ -57,7 +57,7 @@ CHUNK_TOKENS = 256
 
 
 def chunk_bytes(geometry: dict[str, Any]) -> int:
-    return 2 * geometry["layers"] * CHUNK_TOKENS * geometry["kv_heads"] * geometry["head_dim"] * 2
+    return int(2 * geometry["layers"] * CHUNK_TOKENS * geometry["kv_heads"] * geometry["head_dim"] * 2)
 
 
 # -- the raw pair -------------------------------------------------------------------------------
@@ -387,7 +387,7 @@ def part1(root: pathlib.Path, args: Any) -> dict[str, Any]:
         result = run_child(spec)
         result["mp_l2"] = {}
         if not args.no_mp:
-            adapters = {
+            adapters: dict[str, dict[str, Any]] = {
                 "native_plugin": {"type": "native_plugin", "module_path": "curvine_py.lmcache.native",
                                   "class_name": "CurvineNativeConnector",
                                   "adapter_params": {"master": cluster.master_address, "node": "bench-client"}},

@@ -15,6 +15,7 @@ reconnect by themselves after a worker restart (LMCache never rebuilds a broken 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import functools
 import logging
 from collections.abc import Callable
@@ -155,19 +156,19 @@ class CurvineConnector(RemoteConnector):  # type: ignore[misc]
     def support_batched_get(self) -> bool:
         return True
 
-    async def batched_get(self, keys: list[CacheEngineKey]) -> list[MemoryObj | None]:
+    async def batched_get(self, keys: builtins.list[CacheEngineKey]) -> builtins.list[MemoryObj | None]:
         return list(await asyncio.gather(*(self.get(key) for key in keys)))
 
     def support_batched_put(self) -> bool:
         return True
 
-    async def batched_put(self, keys: list[CacheEngineKey], memory_objs: list[MemoryObj]) -> None:
+    async def batched_put(self, keys: builtins.list[CacheEngineKey], memory_objs: builtins.list[MemoryObj]) -> None:
         await asyncio.gather(*(self.put(k, m) for k, m in zip(keys, memory_objs, strict=True)))
 
     def support_batched_contains(self) -> bool:
         return True
 
-    def batched_contains(self, keys: list[CacheEngineKey]) -> int:
+    def batched_contains(self, keys: builtins.list[CacheEngineKey]) -> int:
         try:
             return self._kv.exists_prefix([k.to_string() for k in keys])
         except Exception as exc:  # noqa: BLE001 - the cache must never break serving: a miss
@@ -177,7 +178,7 @@ class CurvineConnector(RemoteConnector):  # type: ignore[misc]
     def support_batched_async_contains(self) -> bool:
         return True
 
-    async def batched_async_contains(self, lookup_id: str, keys: list[CacheEngineKey], pin: bool = False) -> int:
+    async def batched_async_contains(self, lookup_id: str, keys: builtins.list[CacheEngineKey], pin: bool = False) -> int:
         return await self._run(self.batched_contains, keys)
 
 
