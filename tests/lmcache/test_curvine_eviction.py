@@ -1,8 +1,9 @@
 """Real eviction under LMCache: a worker with a 4 MiB data dir (cache-class KV objects, LRU above
 the 90% watermark down to 75%) receives sequence A (4 chunks of 512 KiB), then sequence B (4 more):
-storing B evicts A's oldest chunks. A fresh engine in another namespace then sees A's evicted
-chunks as clean misses (contains False, lookup/retrieve stop before them: no error, no wrong
-bytes), while B, and the tail of A that survived, are still there, B retrieved bit-exact.
+storing B evicts chunks of A (the least recently used). A fresh engine in another namespace then
+sees A's evicted chunks as clean misses (contains False, lookup/retrieve stop at the first of them:
+no error, no wrong bytes), while B and the chunks of A that survived are still there, B retrieved
+bit-exact.
 (A short EXISTS pin grace: LMCache's own lookups pin chunks for that long, which would keep them.)
 """
 from __future__ import annotations
@@ -44,14 +45,16 @@ def test_evicted_chunks_are_clean_misses(tmp_path: pathlib.Path) -> None:
         reader = read(lab, cfg, SEED_A, ops=("contains", "lookup", "retrieve", "reseed", "contains", "lookup",
                                              "retrieve"))
     a, b = (c["chunks"]["RemoteBackend-curvine"] for c in entries(reader, "contains"))
-    evicted = a.index(True) if True in a else len(a)
-    assert evicted >= 1, f"A's oldest chunk was evicted: {a}"
-    assert a == [False] * evicted + [True] * (len(a) - evicted), "LRU: A's oldest chunks went first"
-    assert evicted < len(a), "A's newest chunk survived (the watermarks stop at 75%)"
+    # LMCache puts a sequence's chunks concurrently, so their order inside A is not defined: only
+    # that eviction took A (least recently used) and left B (stored last).
+    assert False in a, f"some of A's chunks were evicted: {a}"
+    assert True in a, f"some of A survived (eviction stops at the low watermark): {a}"
     assert b == [True] * len(b), "B, stored last, is whole"
+    first_miss = a.index(False)
+    chunk_tokens = TOKENS // len(a)
     lookup_a, lookup_b = entries(reader, "lookup")
     retrieve_a, retrieve_b = entries(reader, "retrieve")
-    assert lookup_a["hit_tokens"] == 0          # the prefix stops at the evicted chunk 0: a clean miss
-    assert retrieve_a["hit_tokens"] == 0 and retrieve_a["mismatched_tokens"] == 0
+    assert lookup_a["hit_tokens"] == first_miss * chunk_tokens   # the prefix stops at the evicted chunk
+    assert retrieve_a["hit_tokens"] == first_miss * chunk_tokens and retrieve_a["mismatched_tokens"] == 0
     assert lookup_b["hit_tokens"] == TOKENS
     assert_full_hit(retrieve_b)
