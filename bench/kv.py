@@ -20,13 +20,11 @@ or receives the object with `recv_into` a page-aligned mmap and acks (raw put; t
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import pathlib
 import shutil
-import socket
-import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,98 +32,27 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import common
+from bench.rawpair import RawClient, process_cpu, raw_server
 
 SIZES_MIB = (1, 4, 14, 32)
 TARGET_SIZES_MIB = (14, 32)  # the issue's targets apply to these
 TARGETS = {"get": 0.9, "put": 0.8, "get_local": 3.0}
 OPS = ("get", "put", "get_local")
-REQUEST = struct.Struct("<cQ")  # raw pair request: op (b"G" | b"P"), size
 
 
 # -- the raw pair ---------------------------------------------------------------------------------
-RAW_SERVER = r"""
-import mmap, os, socket, struct, sys
-REQUEST = struct.Struct("<cQ")
-workdir = sys.argv[1]
-listener = socket.create_server(("127.0.0.1", 0))
-print(listener.getsockname()[1], flush=True)
-files, buffers = {}, {}
-
-def recv_exactly_into(sock, view):
-    got = 0
-    while got < len(view):
-        n = sock.recv_into(view[got:], len(view) - got)
-        if n == 0:
-            raise EOFError
-        got += n
-
-while True:
-    conn, _ = listener.accept()
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    head = memoryview(bytearray(REQUEST.size))
-    try:
-        while True:
-            recv_exactly_into(conn, head)
-            op, size = REQUEST.unpack(head)
-            if op == b"G":
-                fd = files.get(size)
-                if fd is None:
-                    path = os.path.join(workdir, f"raw-{size}")
-                    with open(path, "wb") as fh:
-                        fh.write(os.urandom(size))
-                    fd = files[size] = os.open(path, os.O_RDONLY)
-                sent = 0
-                while sent < size:
-                    sent += os.sendfile(conn.fileno(), fd, sent, size - sent)
-            elif op == b"P":
-                buf = buffers.get(size)
-                if buf is None:
-                    buf = buffers[size] = memoryview(mmap.mmap(-1, size))
-                recv_exactly_into(conn, buf)
-                conn.sendall(b"K")
-            else:
-                sys.exit(0)
-    except (EOFError, ConnectionError):
-        conn.close()
-"""
-
-
 class RawPair:
-    """The client side of the raw pair; the server is a separate process."""
+    """The raw pair's client, with its server process (bench/rawpair.py) on loopback."""
 
     def __init__(self, workdir: pathlib.Path) -> None:
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", RAW_SERVER, str(workdir)], stdout=subprocess.PIPE, text=True
-        )
-        assert self._proc.stdout is not None
-        port = int(self._proc.stdout.readline())
-        self.pid = self._proc.pid
-        self._sock = socket.create_connection(("127.0.0.1", port))
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def get(self, out: memoryview) -> None:
-        self._sock.sendall(REQUEST.pack(b"G", len(out)))
-        got, total = 0, len(out)
-        while got < total:
-            n = self._sock.recv_into(out[got:], total - got)
-            if n == 0:
-                raise EOFError("raw server went away")
-            got += n
-
-    def put(self, data: memoryview) -> None:
-        self._sock.sendall(REQUEST.pack(b"P", len(data)))
-        self._sock.sendall(data)
-        if self._sock.recv(1) != b"K":
-            raise EOFError("raw server went away")
+        self._stack = contextlib.ExitStack()
+        host, port, self.pid = self._stack.enter_context(raw_server("127.0.0.1", workdir))
+        self._client = RawClient(host, port)
+        self.get, self.put = self._client.get, self._client.put
 
     def close(self) -> None:
-        try:
-            self._sock.sendall(REQUEST.pack(b"Q", 0))
-            self._sock.close()
-            self._proc.wait(10)
-        except (OSError, subprocess.TimeoutExpired):
-            self._proc.kill()
-            self._proc.wait()
+        self._client.close()
+        self._stack.close()
 
 
 # -- measurement ---------------------------------------------------------------------------------
@@ -134,18 +61,6 @@ def aligned(size: int, fill: bool = False) -> memoryview:
     if fill:
         buffer.write(os.urandom(size))
     return memoryview(buffer)
-
-
-def process_cpu(pid: int) -> float:
-    """CPU seconds a process's live threads have run so far (schedstat: nanoseconds, where
-    /proc/PID/stat counts 10 ms ticks, too coarse for a 200 ms sample)."""
-    total = 0
-    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass  # the thread ended meanwhile
-    return total / 1e9
 
 
 class Meter:

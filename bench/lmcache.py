@@ -39,10 +39,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 from bench import common
+from bench.rawpair import process_cpu, raw_server
 
 MiB = common.MiB
 REFERENCE_MS = 55.75
@@ -58,84 +58,6 @@ CHUNK_TOKENS = 256
 
 def chunk_bytes(geometry: dict[str, Any]) -> int:
     return int(2 * geometry["layers"] * CHUNK_TOKENS * geometry["kv_heads"] * geometry["head_dim"] * 2)
-
-
-# -- the raw pair -------------------------------------------------------------------------------
-RAW_SERVER = r"""
-import mmap, os, socket, struct, sys
-REQUEST = struct.Struct("<cQ")
-host, workdir = sys.argv[1], sys.argv[2]
-listener = socket.create_server((host, 0))
-print(listener.getsockname()[1], flush=True)
-files, buffers = {}, {}
-
-def recv_exactly_into(sock, view):
-    got = 0
-    while got < len(view):
-        n = sock.recv_into(view[got:], len(view) - got)
-        if n == 0:
-            raise EOFError
-        got += n
-
-while True:
-    conn, _ = listener.accept()
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    head = memoryview(bytearray(REQUEST.size))
-    try:
-        while True:
-            recv_exactly_into(conn, head)
-            op, size = REQUEST.unpack(head)
-            if op == b"G":
-                fd = files.get(size)
-                if fd is None:
-                    path = os.path.join(workdir, f"raw-{size}")
-                    with open(path, "wb") as fh:
-                        fh.write(os.urandom(size))
-                    fd = files[size] = os.open(path, os.O_RDONLY)
-                sent = 0
-                while sent < size:
-                    sent += os.sendfile(conn.fileno(), fd, sent, size - sent)
-            elif op == b"P":
-                buf = buffers.get(size)
-                if buf is None:
-                    buf = buffers[size] = memoryview(mmap.mmap(-1, size))
-                recv_exactly_into(conn, buf)
-                conn.sendall(b"K")
-            else:
-                sys.exit(0)
-    except (EOFError, ConnectionError):
-        conn.close()
-"""
-
-
-@contextlib.contextmanager
-def raw_server(host: str, workdir: pathlib.Path, prefix: Sequence[str] = ()) -> Iterator[tuple[str, int, int]]:
-    """The raw pair's server process (in a namespace with `prefix`), bound to `host`: (host, port, pid)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    # `ip netns exec` execs its command: the pid is the server's
-    proc = subprocess.Popen([*prefix, sys.executable, "-c", RAW_SERVER, host, str(workdir)],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        assert proc.stdout is not None
-        yield host, int(proc.stdout.readline()), proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def process_cpu(pid: int) -> float:
-    """CPU seconds the live threads of a process have run (schedstat, nanoseconds)."""
-    total = 0
-    try:
-        tasks = list(pathlib.Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return 0.0
-    for task in tasks:
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass   # the thread ended meanwhile
-    return total / 1e9
 
 
 # -- the measuring child (real LMCache objects) --------------------------------------------------

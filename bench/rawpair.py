@@ -1,0 +1,121 @@
+"""The baseline every data-path benchmark is measured against, in the same run: the best raw
+Python socket pair (ARCHITECTURE.md). A separate server process answers G(et) with `os.sendfile`
+from a file in the page cache and P(ut) with `recv_into` a page-aligned mmap (+ a 1-byte ack);
+the client receives into page-aligned buffers.
+
+Run as a script (also inside a network namespace): `python bench/rawpair.py HOST WORKDIR` prints
+its port, then serves until it gets a Q(uit) request or is killed.
+"""
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import pathlib
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+
+REQUEST = struct.Struct("<cQ")  # op (b"G" | b"P" | b"Q"), size
+
+
+def recv_exactly_into(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:], len(view) - got)
+        if n == 0:
+            raise EOFError("peer went away")
+        got += n
+
+
+def serve(host: str, workdir: str) -> None:
+    listener = socket.create_server((host, 0))
+    print(listener.getsockname()[1], flush=True)
+    files: dict[int, int] = {}
+    buffers: dict[int, memoryview] = {}
+    while True:
+        conn, _ = listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        head = memoryview(bytearray(REQUEST.size))
+        try:
+            while True:
+                recv_exactly_into(conn, head)
+                op, size = REQUEST.unpack(head)
+                if op == b"G":
+                    fd = files.get(size)
+                    if fd is None:
+                        path = os.path.join(workdir, f"raw-{size}")
+                        with open(path, "wb") as fh:
+                            fh.write(os.urandom(size))
+                        fd = files[size] = os.open(path, os.O_RDONLY)
+                    sent = 0
+                    while sent < size:
+                        sent += os.sendfile(conn.fileno(), fd, sent, size - sent)
+                elif op == b"P":
+                    buf = buffers.get(size)
+                    if buf is None:
+                        buf = buffers[size] = memoryview(mmap.mmap(-1, size))
+                    recv_exactly_into(conn, buf)
+                    conn.sendall(b"K")
+                else:
+                    return
+        except (EOFError, ConnectionError):
+            conn.close()
+
+
+@contextlib.contextmanager
+def raw_server(host: str, workdir: pathlib.Path, prefix: Sequence[str] = ()) -> Iterator[tuple[str, int, int]]:
+    """The server process (in a namespace with `prefix`, e.g. `ip netns exec NS`): (host, port, pid).
+    `ip netns exec` execs its command, so the pid is the server's."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([*prefix, sys.executable, __file__, host, str(workdir)], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        yield host, int(proc.stdout.readline()), proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+class RawClient:
+    def __init__(self, host: str, port: int) -> None:
+        self._sock = socket.create_connection((host, port))
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def get(self, out: memoryview) -> None:
+        self._sock.sendall(REQUEST.pack(b"G", len(out)))
+        recv_exactly_into(self._sock, out)
+
+    def put(self, data: memoryview) -> None:
+        self._sock.sendall(REQUEST.pack(b"P", len(data)))
+        self._sock.sendall(data)
+        if self._sock.recv(1) != b"K":
+            raise EOFError("raw server went away")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.sendall(REQUEST.pack(b"Q", 0))
+            self._sock.close()
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds the live threads of a process have run so far (schedstat, nanoseconds: the
+    10 ms ticks of /proc/PID/stat are too coarse for a 200 ms sample)."""
+    total = 0
+    try:
+        tasks = list(pathlib.Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # the thread ended meanwhile
+    return total / 1e9
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], sys.argv[2])
