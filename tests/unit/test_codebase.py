@@ -11,7 +11,7 @@ FORBIDDEN_IN_CORE = {"trio", "grpc", "asyncio", "pyfuse3", "socket", "threading"
 
 
 def test_generated_protobuf_code_is_current() -> None:
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_proto.py"), "--check"],
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_proto.py"), "--check"], check=False,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 

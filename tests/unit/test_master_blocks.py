@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import pathlib
-from collections.abc import Iterator
 
 import pytest
 
@@ -25,19 +24,6 @@ from tests.unit.test_master_support import FakeClock, MiB, mkdir, mkfile, open_s
 
 BS = 4 * MiB   # the test store's default block size
 W3 = [worker("w1"), worker("w2"), worker("w3")]
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def ns(tmp_path: pathlib.Path, clock: FakeClock) -> Iterator[Namespace]:
-    store = open_store(tmp_path, clock)
-    yield store
-    assert store.check() == []
-    store.close()
 
 
 def write_block(ns: Namespace, ino: int, index: int, length: int = BS, live: list[WorkerInfo] = W3,

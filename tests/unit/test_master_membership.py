@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from collections.abc import Iterator
 
 import pytest
 
@@ -15,19 +14,6 @@ from curvine_py.master.types import ROOT_INO, BlockInfo, Policy, StorageClass, U
 from tests.unit.test_master_support import FakeClock, mkdir, mkfile, open_store, worker
 
 LEASE_MS = 5000
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def ns(tmp_path: pathlib.Path, clock: FakeClock) -> Iterator[Namespace]:
-    store = open_store(tmp_path, clock)
-    yield store
-    assert store.check() == []
-    store.close()
 
 
 def membership(ns: Namespace, clock: FakeClock) -> Membership:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import pathlib
-from collections.abc import Iterator
 
 import pytest
 
@@ -30,20 +29,6 @@ from curvine_py.master.types import (
     SetAttrChanges,
 )
 from tests.unit.test_master_support import FakeClock, mkdir, mkfile, open_store
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def ns(tmp_path: pathlib.Path, clock: FakeClock) -> Iterator[Namespace]:
-    store = open_store(tmp_path, clock)
-    yield store
-    assert store.check() == []
-    store.close()
-
 
 # ---------------------------------------------------------------------------------------------- root, create
 

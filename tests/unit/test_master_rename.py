@@ -3,8 +3,6 @@ RENAME_EXCHANGE, subtree checks, nlink accounting, atomicity."""
 from __future__ import annotations
 
 import errno
-import pathlib
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,15 +16,7 @@ from curvine_py.core.errors import (
 )
 from curvine_py.master.namespace import Namespace
 from curvine_py.master.types import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO, RenameResult
-from tests.unit.test_master_support import FakeClock, mkdir, mkfile, open_store
-
-
-@pytest.fixture
-def ns(tmp_path: pathlib.Path) -> Iterator[Namespace]:
-    store = open_store(tmp_path, FakeClock())
-    yield store
-    assert store.check() == []
-    store.close()
+from tests.unit.test_master_support import mkdir, mkfile
 
 
 def names(ns: Namespace, ino: int) -> list[str]:
