@@ -1,4 +1,4 @@
-"""`curvine-py fs`: ls mkdir put get cat rm mv stat du df (as Curvine's `cv fs`)."""
+"""`curvine-py fs`: ls mkdir put get cat rm mv stat du df policy (as Curvine's `cv fs`)."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +8,8 @@ import time
 
 from curvine_py.cli.common import add_client_options, client_from, run_tool
 from curvine_py.client import CurvineClient, FileStatus
+from curvine_py.config import parse_size
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 
 def _line(status: FileStatus) -> str:
@@ -51,7 +53,36 @@ def parser() -> argparse.ArgumentParser:
     stat.add_argument("--json", action="store_true")
     sub.add_parser("du").add_argument("path", nargs="?", default="/")
     sub.add_parser("df")
+    policy = sub.add_parser("policy", help="show or set a directory's policy (inherited by its subtree)")
+    policy.add_argument("path")
+    policy.add_argument("--class", dest="storage_class", choices=["cache", "durable"])
+    policy.add_argument("--replicas", type=int)
+    policy.add_argument("--ttl-ms", type=int)
+    policy.add_argument("--block-size", type=parse_size)
+    policy.add_argument("--placement", choices=["hash", "local"])
     return p
+
+
+_CLASSES = {"cache": cpb.CACHE, "durable": cpb.DURABLE}
+
+
+def _policy(client: CurvineClient, args: argparse.Namespace) -> None:
+    """No option: print the effective policy. Options: change those fields of the directory's own
+    policy (starting from what it inherits), leaving the others as they are."""
+    current = client.fs.get_policy(args.path)
+    changes = {"storage_class": _CLASSES.get(args.storage_class or ""), "replicas": args.replicas,
+               "ttl_ms": args.ttl_ms, "block_size": args.block_size, "placement": args.placement}
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if changes:
+        policy = cpb.Policy()
+        policy.CopyFrom(current.policy)
+        for field, value in changes.items():
+            setattr(policy, field, value)
+        current = client.fs.set_policy(args.path, policy)
+    p = current.policy
+    name = {v: k for k, v in _CLASSES.items()}.get(p.storage_class, "inherit")
+    print(f"{args.path}: class={name} replicas={p.replicas or 'default'} ttl_ms={p.ttl_ms} "
+          f"block_size={p.block_size or 'default'} placement={p.placement or 'hash'} (defined at {current.path})")
 
 
 def execute(client: CurvineClient, args: argparse.Namespace) -> int:
@@ -84,6 +115,8 @@ def execute(client: CurvineClient, args: argparse.Namespace) -> int:
                 print(_line(status))
         case "du":
             print(f"{fs.du(args.path)}\t{args.path}")
+        case "policy":
+            _policy(client, args)
         case "df":
             info = fs.df()
             print(f"capacity {_human(info.capacity)}  used {_human(info.used)}  "
