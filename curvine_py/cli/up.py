@@ -53,6 +53,7 @@ def main(argv: list[str]) -> int:
             "worker", "--master", master.address, "--data-dir", worker_dir + capacity, "--host", args.host,
             "--port", str(args.worker_port), *token), ready_prefix="worker=", echo=args.verbose))
         if args.mount:
+            os.makedirs(args.mount, exist_ok=True)   # the one-command default creates its mountpoint
             children.append(start("mount", curvine_command(
                 "mount", "--master", master.address, args.mount, *token), ready_prefix="mounted=",
                 echo=args.verbose))

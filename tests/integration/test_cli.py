@@ -102,6 +102,21 @@ def test_up_runs_the_embedded_default_and_stops_cleanly(tmp_path: pathlib.Path) 
     assert leftovers.stdout.strip() == "", "up stops its children"
 
 
+def test_up_with_mount_creates_the_mountpoint(tmp_path: pathlib.Path) -> None:
+    mountpoint = tmp_path / "not-yet" / "mnt"
+    up = start("up", curvine_command("up", "--data-dir", str(tmp_path / "cv"), "--master-port", "0",
+                                     "--worker-port", "0", "--mount", str(mountpoint)), ready_prefix="mount=",
+               timeout=90)
+    try:
+        (mountpoint / "hello.txt").write_bytes(b"through the mount")
+        with CurvineClient((tmp_path / "cv" / "master.addr").read_text().strip()) as client:
+            assert client.fs.stat("/hello.txt").size == len(b"through the mount")
+    finally:
+        up.process.send_signal(signal.SIGINT)
+        assert up.process.wait(30) == 0
+    assert not os.path.ismount(mountpoint), "up unmounts on Ctrl-C"
+
+
 def test_help_lists_every_subcommand() -> None:
     out = subprocess.run([sys.executable, "-m", "curvine_py.cli.main", "--help"], check=False, capture_output=True,
                          text=True)
