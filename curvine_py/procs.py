@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -86,10 +85,7 @@ def start(name: str, argv: Sequence[str], *, ready_prefix: str, timeout: float =
         ready.set()
 
     threading.Thread(target=drain, name=f"drain-{name}", daemon=True).start()
-    deadline = time.monotonic() + timeout
-    while not ready.wait(0.05):
-        if time.monotonic() > deadline:
-            break
+    ready.wait(timeout)   # set by the ready line, or by EOF when the process dies first
     if not found:
         if process.poll() is None:
             process.kill()

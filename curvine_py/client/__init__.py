@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import socket
 from typing import Self
 
@@ -29,7 +30,7 @@ class CurvineClient:
         if master is not None:
             overrides["master"] = master
         if overrides:
-            base = ClientConfig(**{**_asdict(base), **overrides})  # type: ignore[arg-type]
+            base = dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
         self.config = base
         self.node = base.node or socket.gethostname()
         self.master = MasterClient(base.master, token=base.token, timeout_s=base.rpc_timeout_s)
@@ -50,7 +51,3 @@ class CurvineClient:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-
-def _asdict(config: ClientConfig) -> dict[str, object]:
-    import dataclasses
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}

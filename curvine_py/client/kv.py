@@ -35,9 +35,12 @@ class KVClient:
         self._max_key_bytes = max_key_bytes
 
     # -- placement ---------------------------------------------------------------------------
-    def owners(self, key: str, view: View | None = None) -> list[WorkerAddress]:
+    def owners(self, key: str, view: View | None = None, count: int | None = None) -> list[WorkerAddress]:
+        """The key's owners, best first: all live workers (the failover order) or the first `count`
+        (a partial selection, cheaper than ranking every worker on the read path)."""
         view = view or self._membership.view()
-        return [view.workers[w] for w in view.placement.rank(key)]
+        ids = view.placement.rank(key) if count is None else view.placement.owners(key, count)
+        return [view.workers[w] for w in ids]
 
     def _with_view(self, action: Callable[[View], T]) -> T:
         """Runs `action` on the current view; once more on a fresh view after ESTALE."""
@@ -96,7 +99,7 @@ class KVClient:
     def _get(self, key: str, view: View, out: memoryview | None) -> tuple[DataHeader, memoryview | None]:
         header = DataHeader(key=key, epoch=view.epoch)
         miss = DataHeader(found=False)
-        for worker in self.owners(key, view)[:self.replicas + 1]:
+        for worker in self.owners(key, view, self.replicas + 1):
             try:
                 reply, data = self._io.read(worker, frames.Op.GET, header, out, whole=True)
             except _FAILOVER as exc:
@@ -142,7 +145,7 @@ class KVClient:
 
         def attempt(view: View) -> bool:
             found = False
-            for worker in self.owners(key, view)[:self.replicas + 1]:
+            for worker in self.owners(key, view, self.replicas + 1):
                 try:
                     found |= self._io.call(worker, frames.Op.DELETE, DataHeader(key=key)).header.found
                 except CurvineError as exc:

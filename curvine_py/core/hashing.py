@@ -9,6 +9,7 @@ weighted form of HRW (Schindelhauer & Schomaker): node n wins with probability w
 """
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,21 +76,10 @@ class Rendezvous:
         scores = self._scores(key)
         if count == 1:
             return [max(scores)[1]] if scores else []
-        return [node_id for _, node_id in sorted(scores, reverse=True)[:count]]
-
-    def owner_bounded(self, key: str | bytes, loads: dict[str, float], average: float,
-                      factor: float = 1.25) -> str | None:
-        """First node in rank order whose load is under `factor * average` (bounded-load spill for
-        hot keys, as HAProxy's hash-balance-factor). Falls back to the best owner when all are hot."""
-        ranked = self.rank(key)
-        limit = factor * average
-        for node_id in ranked:
-            if loads.get(node_id, 0.0) < limit:
-                return node_id
-        return ranked[0] if ranked else None
+        return [node_id for _, node_id in heapq.nlargest(count, scores)]
 
 
-def bulk_owners(node_ids: Sequence[str], weights: Sequence[float], key_hashes: "object") -> "object":
+def bulk_owners(node_ids: Sequence[str], weights: Sequence[float], key_hashes: object) -> object:
     """Index of the owner of each key hash, vectorised with numpy (simulations and benchmarks of
     placement over 10-1,000 nodes and millions of keys; must agree with `Rendezvous.owners`).
     numpy is imported lazily: only bench/ and tests need it."""

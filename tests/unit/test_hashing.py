@@ -65,14 +65,6 @@ def test_join_and_leave_move_about_the_ideal_share(weights: list[int], new_weigh
     assert np.all((after == before) | (before == leaving)), "a leave only moves the leaver's keys"
 
 
-def test_bounded_load_spills_hot_keys_to_the_next_owner() -> None:
-    ring = Rendezvous([Node(f"w{i}") for i in range(5)])
-    key = "system-prompt"
-    first, second = ring.rank(key)[:2]
-    assert ring.owner_bounded(key, {first: 10.0}, average=2.0) == second
-    assert ring.owner_bounded(key, {}, average=2.0) == first
-
-
 @pytest.mark.parametrize("bad", [[Node("a"), Node("a")], [Node("a", 0)], [Node("a", float("nan"))]])
 def test_invalid_node_sets_are_refused(bad: list[Node]) -> None:
     with pytest.raises(ValueError):
