@@ -10,7 +10,7 @@ import pytest
 
 from curvine_py.core import lmproto
 from curvine_py.transport.blocking import recv_exactly
-from tests.harness import Cluster, random_bytes
+from tests.harness import Cluster, random_bytes, wait_until
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_put_on_one_worker_is_read_on_every_other(lm_cluster: Cluster) -> None:
         put(writer, key, data, meta)
         stored[key] = (data, meta)
     for key, (data, meta) in stored.items():
-        assert exist(reader, key) or exist(reader, key)   # PUT has no reply: the second ask is after it landed
+        wait_until(lambda key=key: exist(reader, key), 5, f"{key} stored")   # PUT has no reply: poll
         reply, payload = get(reader, key)
         assert reply.ok and payload == data and reply.meta == meta
     owners = {lm_cluster.client().kv.owners(k)[0].worker_id for k in stored}

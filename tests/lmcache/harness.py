@@ -383,17 +383,21 @@ def wait_tcp(host: str, port: int, deadline: float, owner: Background) -> None:
         time.sleep(0.05)
 
 
-class StockLMServer(Background):
-    """LMCache's own `lm://` server: `python -m lmcache.v1.server HOST PORT cpu` (in-memory, no
-    eviction). The ready probe is a TCP connect: the server handles each connection in a thread
-    and simply sees a client that disconnects."""
-
-    name = "lmserver"
+class TcpServer(Background):
+    """A background server on one TCP address (a free port unless given)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None, **kw: Any) -> None:
         super().__init__(**kw)
         self.host = host
         self.port = port or free_port(host if not self.prefix else "127.0.0.1")
+
+
+class StockLMServer(TcpServer):
+    """LMCache's own `lm://` server: `python -m lmcache.v1.server HOST PORT cpu` (in-memory, no
+    eviction). The ready probe is a TCP connect: the server handles each connection in a thread
+    and simply sees a client that disconnects."""
+
+    name = "lmserver"
 
     @property
     def url(self) -> str:
@@ -406,15 +410,10 @@ class StockLMServer(Background):
         wait_tcp(self.host, self.port, deadline, self)
 
 
-class RedisServer(Background):
+class RedisServer(TcpServer):
     """A throwaway redis-server: no persistence, bound to one address."""
 
     name = "redis"
-
-    def __init__(self, host: str = "127.0.0.1", port: int | None = None, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.host = host
-        self.port = port or free_port(host if not self.prefix else "127.0.0.1")
 
     @property
     def url(self) -> str:
