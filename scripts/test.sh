@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CURVINE_WITH_LMCACHE=1 bash scripts/setup.sh
-export CURVINE_REQUIRE_LMCACHE=1 PYTHONHASHSEED=0 LMCACHE_TRACK_USAGE=false LMCACHE_DISABLE_BANNER=1
+export CURVINE_REQUIRE_LMCACHE=1 CURVINE_REQUIRE_NETNS=1 PYTHONHASHSEED=0 LMCACHE_TRACK_USAGE=false LMCACHE_DISABLE_BANNER=1
 exec .venv/bin/pytest -p no:cacheprovider tests "$@"

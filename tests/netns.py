@@ -46,12 +46,16 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def netns_supported() -> tuple[bool, str]:
-    """(usable, reason). Usable = root and iproute2 present."""
+    """(usable, reason). Usable = root and iproute2 present. With CURVINE_REQUIRE_NETNS set (CI),
+    unusable namespaces are an error, so the multi-node tests can never be skipped silently."""
+    reason = ""
     if os.geteuid() != 0:
-        return False, "network namespaces need root (CAP_NET_ADMIN)"
-    if not os.path.exists(IP):
-        return False, "iproute2 (`ip`) is not installed"
-    return True, ""
+        reason = "network namespaces need root (CAP_NET_ADMIN)"
+    elif not os.path.exists(IP):
+        reason = "iproute2 (`ip`) is not installed"
+    if reason and os.environ.get("CURVINE_REQUIRE_NETNS"):
+        raise RuntimeError(f"CURVINE_REQUIRE_NETNS is set but {reason}")
+    return not reason, reason
 
 
 @dataclass(frozen=True)
