@@ -8,7 +8,6 @@ Teardown runs in reverse order: server (grace for in-flight calls), maintenance,
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import fcntl
 import logging
@@ -16,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -122,7 +122,7 @@ def write_address(data_dir: str, address: str) -> None:
     os.replace(tmp, path)
 
 
-async def serve(cfg: config.MasterConfig) -> int:
+def serve(cfg: config.MasterConfig) -> int:
     data_dir = os.path.abspath(cfg.data_dir)
     os.makedirs(data_dir, exist_ok=True)
     with contextlib.ExitStack() as stack:
@@ -136,11 +136,11 @@ async def serve(cfg: config.MasterConfig) -> int:
         store.start()
         stack.callback(store.stop)
         service = MasterService(ns, membership, store)
+        stack.callback(service.close)
         # Handlers first: a SIGTERM right after the ready line must still be a clean stop.
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
+        stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            signal.signal(sig, lambda *_: stop.set())
         server = build_server(service, cfg.token)
         try:
             port = server.add_insecure_port(format_address(cfg.host, cfg.port))
@@ -148,24 +148,31 @@ async def serve(cfg: config.MasterConfig) -> int:
             raise CurvineError(f"cannot listen on {format_address(cfg.host, cfg.port)}: {exc}") from None
         if port == 0:
             raise CurvineError(f"cannot listen on {format_address(cfg.host, cfg.port)}")
-        await server.start()
+        server.start()
         address = format_address(cfg.host, port)
         write_address(data_dir, address)
         log.info("serving on %s (data %s, cluster %s, epoch %d, lease %d ms, block size %d)", address,
                  data_dir, ns.cluster_id, membership.epoch, cfg.lease_ms, cfg.block_size)
         print(f"master={address}", flush=True)
 
-        maintenance = asyncio.create_task(service.maintain(), name="master-maintenance")
-        stopper = asyncio.create_task(stop.wait(), name="master-stop")
-        done, _ = await asyncio.wait({maintenance, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        failed = maintenance in done
+        failure: list[BaseException] = []
+
+        def maintain() -> None:
+            try:
+                service.maintain(stop)
+            except BaseException as exc:   # noqa: BLE001 - reported by the main thread
+                failure.append(exc)
+                stop.set()
+
+        maintenance = threading.Thread(target=maintain, name="master-maintenance", daemon=True)
+        maintenance.start()
+        while not stop.wait(1.0):   # a timed wait: signal handlers run between waits
+            pass
         log.info("stopping")
-        await server.stop(STOP_GRACE_S)
-        for task in (maintenance, stopper):
-            task.cancel()
-        await asyncio.gather(maintenance, stopper, return_exceptions=True)
-        if failed and maintenance.exception() is not None:
-            log.error("maintenance task failed", exc_info=maintenance.exception())
+        server.stop(STOP_GRACE_S).wait()
+        maintenance.join()
+        if failure:
+            log.error("maintenance failed", exc_info=failure[0])
             return 1
     log.info("stopped")
     return 0
@@ -176,7 +183,7 @@ def main(argv: list[str]) -> int:
     setup_logging(args.log_level, socket.gethostname())
     try:
         cfg = load_config(args)
-        return asyncio.run(serve(cfg))
+        return serve(cfg)
     except CurvineError as exc:
         log.error("%s", exc.message)
         return 2

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import pathlib
 import sqlite3
 import time
 import uuid
@@ -207,7 +208,7 @@ class Namespace:
 
     def __init__(self, path: str, *, block_size: int = 64 << 20,
                  root_class: StorageClass = StorageClass.DURABLE, durable_replicas: int = 2,
-                 clock_ns: Callable[[], int] = time.time_ns) -> None:
+                 clock_ns: Callable[[], int] = time.time_ns, read_only: bool = False) -> None:
         if root_class == StorageClass.UNSPECIFIED:
             raise InvalidArgument("the root storage class must be cache or durable")
         self.path = path
@@ -217,7 +218,13 @@ class Namespace:
         self._clock_ns = clock_ns
         # isolation_level=None: we issue BEGIN/COMMIT ourselves (the module's implicit transactions
         # would commit at surprising points). check_same_thread=False: created by main, used only by
-        # the store thread afterwards.
+        # the store thread (or, for a reader, the thread serving reads) afterwards.
+        if read_only:
+            self._db = sqlite3.connect(f"{pathlib.Path(path).absolute().as_uri()}?mode=ro", uri=True,
+                                       isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA query_only=ON")
+            self._db.execute("PRAGMA cache_size=-65536")
+            return
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -230,6 +237,24 @@ class Namespace:
         self._init_schema()
 
     # ------------------------------------------------------------------ plumbing
+
+    def reader(self) -> Namespace:
+        """A read-only view of the same database on its own connection, for serving lookups
+        without queueing behind the store thread's writes and fsyncs. It sees only committed state,
+        which is exactly what has been acknowledged (group commit replies after COMMIT). Use one
+        reader per thread, and its `snapshot()` around reads of several statements."""
+        return Namespace(self.path, block_size=self.block_size, root_class=self.root_class,
+                         durable_replicas=self.durable_replicas, clock_ns=self._clock_ns, read_only=True)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One consistent read: a deferred transaction, so a multi-statement read (a path walk, a
+        file's blocks) never mixes two commits."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
 
     def close(self) -> None:
         self._db.close()

@@ -1,14 +1,22 @@
-"""The Master gRPC service (grpc.aio): thin handlers that run the store on its thread and convert.
+"""The Master gRPC service (a synchronous grpc.server with a thread pool): thin handlers that
+run the store and convert. Synchronous rather than grpc.aio: measured here, an aio unary call
+costs the server ~360 us of CPU and a thread-pool call ~230 us.
 
 Every handler is wrapped by `grpc_method`, so a CurvineError becomes its gRPC status plus the
-`curvine-errno` trailer. Every store call (reads too) goes through the StoreThread: one thread owns
-SQLite, and a reply is only released after the batch it ran in was committed.
+`curvine-errno` trailer. Every write goes through the StoreThread: one thread owns the writing
+SQLite connection, and a reply is only released after the batch it ran in was committed. Pure
+namespace reads (lookup, getattr, path resolution, readdir, readlink, xattrs) run in the handler
+thread on its own read-only connection: they see committed state only, so they can never reveal a write that was
+not yet acknowledged, and they do not wait behind a batch's fsync.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Any, TypeAlias
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
@@ -24,11 +32,16 @@ from curvine_py.rpc.errors import grpc_method
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 MAX_MESSAGE = 64 << 20
 OPEN_BLOCK_MAX_AGE_MS = 24 * 3600 * 1000   # a block allocated and never committed for a day is given up
 OPEN_BLOCK_SWEEP_S = 600.0
+# Concurrent RPCs being handled; more wait in gRPC's queue. Reads run in these threads, writes
+# wait in them for their group commit, so this bounds a commit batch too.
+HANDLER_THREADS = 32
 
-Ctx: TypeAlias = grpc.aio.ServicerContext
+Ctx: TypeAlias = grpc.ServicerContext
 
 
 class MasterService(master_pb2_grpc.MasterServicer):
@@ -36,6 +49,27 @@ class MasterService(master_pb2_grpc.MasterServicer):
         self._ns = ns
         self._mem = membership
         self._store = store
+        # Pure reads run in the handler thread on that thread's own read-only connection, on
+        # committed state: no queueing behind writes and fsyncs, no hop to the store thread.
+        self._local = threading.local()
+        self._readers: list[Namespace] = []
+        self._readers_lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._readers_lock:
+            for reader in self._readers:
+                reader.close()
+            self._readers.clear()
+
+    def _read(self, method: Callable[..., T], *args: Any) -> T:
+        """Namespace.method(reader, *args) on this thread's reader, as one consistent snapshot."""
+        reader: Namespace | None = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = self._local.reader = self._ns.reader()
+            with self._readers_lock:
+                self._readers.append(reader)
+        with reader.snapshot():
+            return method(reader, *args)
 
     # ------------------------------------------------------------------ composite store calls
     # (each runs entirely on the store thread)
@@ -50,170 +84,168 @@ class MasterService(master_pb2_grpc.MasterServicer):
     # ------------------------------------------------------------------ namespace
 
     @grpc_method
-    async def Lookup(self, request: mpb.LookupRequest, context: Ctx) -> mpb.AttrReply:
-        attr = await self._store.call(self._ns.lookup, request.parent, request.name)
+    def Lookup(self, request: mpb.LookupRequest, context: Ctx) -> mpb.AttrReply:
+        attr = self._read(Namespace.lookup, request.parent, request.name)
         return mpb.AttrReply(attr=convert.attr_pb(attr))
 
     @grpc_method
-    async def GetAttr(self, request: mpb.InodeRequest, context: Ctx) -> mpb.AttrReply:
-        attr = await self._store.call(self._ns.getattr, request.ino)
+    def GetAttr(self, request: mpb.InodeRequest, context: Ctx) -> mpb.AttrReply:
+        attr = self._read(Namespace.getattr, request.ino)
         return mpb.AttrReply(attr=convert.attr_pb(attr))
 
     @grpc_method
-    async def ResolvePath(self, request: mpb.PathRequest, context: Ctx) -> mpb.AttrReply:
-        attr = await self._store.call(self._ns.resolve_path, request.path, request.follow_symlinks)
+    def ResolvePath(self, request: mpb.PathRequest, context: Ctx) -> mpb.AttrReply:
+        attr = self._read(Namespace.resolve_path, request.path, request.follow_symlinks)
         return mpb.AttrReply(attr=convert.attr_pb(attr))
 
     @grpc_method
-    async def SetAttr(self, request: mpb.SetAttrRequest, context: Ctx) -> mpb.AttrReply:
-        attr = await self._store.call(self._ns.setattr, request.ino, convert.setattr_from_pb(request))
+    def SetAttr(self, request: mpb.SetAttrRequest, context: Ctx) -> mpb.AttrReply:
+        attr = self._store.call(self._ns.setattr, request.ino, convert.setattr_from_pb(request))
         return mpb.AttrReply(attr=convert.attr_pb(attr))
 
     @grpc_method
-    async def Create(self, request: mpb.CreateRequest, context: Ctx) -> mpb.AttrReply:
+    def Create(self, request: mpb.CreateRequest, context: Ctx) -> mpb.AttrReply:
         def create() -> Any:
             return self._ns.create(
                 request.parent, request.name, request.type, request.mode, uid=request.caller.uid, gid=request.caller.gid,
                 rdev=request.rdev, symlink_target=request.symlink_target, exclusive=request.exclusive,
                 truncate=request.truncate)
 
-        attr = await self._store.call(create)
+        attr = self._store.call(create)
         return mpb.AttrReply(attr=convert.attr_pb(attr))
 
     @grpc_method
-    async def Link(self, request: mpb.LinkRequest, context: Ctx) -> mpb.AttrReply:
-        attr = await self._store.call(self._ns.link, request.ino, request.new_parent, request.new_name)
+    def Link(self, request: mpb.LinkRequest, context: Ctx) -> mpb.AttrReply:
+        attr = self._store.call(self._ns.link, request.ino, request.new_parent, request.new_name)
         return mpb.AttrReply(attr=convert.attr_pb(attr))
 
     @grpc_method
-    async def Unlink(self, request: mpb.UnlinkRequest, context: Ctx) -> mpb.UnlinkReply:
+    def Unlink(self, request: mpb.UnlinkRequest, context: Ctx) -> mpb.UnlinkReply:
         def unlink() -> Any:
             return self._ns.unlink(request.parent, request.name, directory=request.directory,
                                    keep_orphan=request.keep_orphan)
 
-        result = await self._store.call(unlink)
+        result = self._store.call(unlink)
         return mpb.UnlinkReply(ino=result.ino, nlink=result.nlink)
 
     @grpc_method
-    async def Rename(self, request: mpb.RenameRequest, context: Ctx) -> mpb.RenameReply:
-        result = await self._store.call(self._ns.rename, request.parent, request.name, request.new_parent,
+    def Rename(self, request: mpb.RenameRequest, context: Ctx) -> mpb.RenameReply:
+        result = self._store.call(self._ns.rename, request.parent, request.name, request.new_parent,
                                         request.new_name, request.flags)
         return mpb.RenameReply(replaced_ino=result.replaced_ino, replaced_nlink=result.replaced_nlink)
 
     @grpc_method
-    async def ReadDir(self, request: mpb.ReadDirRequest, context: Ctx) -> mpb.ReadDirReply:
-        entries, more = await self._store.call(self._ns.readdir, request.ino, request.after_name, request.limit)
+    def ReadDir(self, request: mpb.ReadDirRequest, context: Ctx) -> mpb.ReadDirReply:
+        entries, more = self._read(Namespace.readdir, request.ino, request.after_name, request.limit)
         return mpb.ReadDirReply(entries=[mpb.DirEntry(name=e.name, attr=convert.attr_pb(e.attr)) for e in entries],
                                 more=more)
 
     @grpc_method
-    async def ReadLink(self, request: mpb.InodeRequest, context: Ctx) -> mpb.ReadLinkReply:
-        return mpb.ReadLinkReply(target=await self._store.call(self._ns.readlink, request.ino))
+    def ReadLink(self, request: mpb.InodeRequest, context: Ctx) -> mpb.ReadLinkReply:
+        return mpb.ReadLinkReply(target=self._read(Namespace.readlink, request.ino))
 
     @grpc_method
-    async def GetXattr(self, request: mpb.XattrRequest, context: Ctx) -> mpb.XattrReply:
-        return mpb.XattrReply(value=await self._store.call(self._ns.getxattr, request.ino, request.name))
+    def GetXattr(self, request: mpb.XattrRequest, context: Ctx) -> mpb.XattrReply:
+        return mpb.XattrReply(value=self._read(Namespace.getxattr, request.ino, request.name))
 
     @grpc_method
-    async def SetXattr(self, request: mpb.XattrRequest, context: Ctx) -> mpb.Empty:
-        await self._store.call(self._ns.setxattr, request.ino, request.name, request.value, request.flags)
+    def SetXattr(self, request: mpb.XattrRequest, context: Ctx) -> mpb.Empty:
+        self._store.call(self._ns.setxattr, request.ino, request.name, request.value, request.flags)
         return mpb.Empty()
 
     @grpc_method
-    async def ListXattr(self, request: mpb.XattrRequest, context: Ctx) -> mpb.XattrReply:
-        return mpb.XattrReply(names=await self._store.call(self._ns.listxattr, request.ino))
+    def ListXattr(self, request: mpb.XattrRequest, context: Ctx) -> mpb.XattrReply:
+        return mpb.XattrReply(names=self._read(Namespace.listxattr, request.ino))
 
     @grpc_method
-    async def RemoveXattr(self, request: mpb.XattrRequest, context: Ctx) -> mpb.Empty:
-        await self._store.call(self._ns.removexattr, request.ino, request.name)
+    def RemoveXattr(self, request: mpb.XattrRequest, context: Ctx) -> mpb.Empty:
+        self._store.call(self._ns.removexattr, request.ino, request.name)
         return mpb.Empty()
 
     @grpc_method
-    async def StatFs(self, request: mpb.Empty, context: Ctx) -> mpb.StatFsReply:
-        s = await self._store.call(self._statfs)
+    def StatFs(self, request: mpb.Empty, context: Ctx) -> mpb.StatFsReply:
+        s = self._store.call(self._statfs)
         return mpb.StatFsReply(capacity=s.capacity, used=s.used, available=s.available, files=s.files,
                                block_size=s.block_size)
 
     @grpc_method
-    async def ReleaseOrphan(self, request: mpb.InodeRequest, context: Ctx) -> mpb.Empty:
-        await self._store.call(self._ns.release_orphan, request.ino)
+    def ReleaseOrphan(self, request: mpb.InodeRequest, context: Ctx) -> mpb.Empty:
+        self._store.call(self._ns.release_orphan, request.ino)
         return mpb.Empty()
 
     # ------------------------------------------------------------------ file data
 
     @grpc_method
-    async def GetBlocks(self, request: mpb.InodeRequest, context: Ctx) -> mpb.BlocksReply:
+    def GetBlocks(self, request: mpb.InodeRequest, context: Ctx) -> mpb.BlocksReply:
         def get() -> Any:
             return self._ns.get_blocks(request.ino, self._mem.live_ids())
 
-        fb = await self._store.call(get)
+        fb = self._store.call(get)
         return mpb.BlocksReply(attr=convert.attr_pb(fb.attr), blocks=[convert.block_pb(b) for b in fb.blocks],
                                policy=convert.policy_pb(fb.policy))
 
     @grpc_method
-    async def AddBlock(self, request: mpb.AddBlockRequest, context: Ctx) -> mpb.AddBlockReply:
-        added = await self._store.call(self._add_block, request.ino, request.index, request.client_node)
+    def AddBlock(self, request: mpb.AddBlockRequest, context: Ctx) -> mpb.AddBlockReply:
+        added = self._store.call(self._add_block, request.ino, request.index, request.client_node)
         return mpb.AddBlockReply(block_id=added.block_id, worker_ids=list(added.worker_ids),
                                  storage_class=int(added.storage_class),  # type: ignore[arg-type]
                                  ttl_ms=added.ttl_ms, block_size=added.block_size)
 
     @grpc_method
-    async def CommitFile(self, request: mpb.CommitFileRequest, context: Ctx) -> mpb.AttrReply:
+    def CommitFile(self, request: mpb.CommitFileRequest, context: Ctx) -> mpb.AttrReply:
         blocks = [convert.block_from_pb(b) for b in request.blocks]
-        attr = await self._store.call(self._ns.commit_file, request.ino, request.size, blocks, request.set_mtime)
+        attr = self._store.call(self._ns.commit_file, request.ino, request.size, blocks, request.set_mtime)
         return mpb.AttrReply(attr=convert.attr_pb(attr))
 
     # ------------------------------------------------------------------ policy
 
     @grpc_method
-    async def SetPolicy(self, request: mpb.SetPolicyRequest, context: Ctx) -> mpb.PolicyReply:
+    def SetPolicy(self, request: mpb.SetPolicyRequest, context: Ctx) -> mpb.PolicyReply:
         policy = convert.policy_from_pb(request.policy)
-        return convert.policy_reply(await self._store.call(self._ns.set_policy, request.path, policy))
+        return convert.policy_reply(self._store.call(self._ns.set_policy, request.path, policy))
 
     @grpc_method
-    async def GetPolicy(self, request: mpb.PathRequest, context: Ctx) -> mpb.PolicyReply:
-        return convert.policy_reply(await self._store.call(self._ns.get_policy, request.path))
+    def GetPolicy(self, request: mpb.PathRequest, context: Ctx) -> mpb.PolicyReply:
+        return convert.policy_reply(self._store.call(self._ns.get_policy, request.path))
 
     # ------------------------------------------------------------------ cluster
 
     @grpc_method
-    async def RegisterWorker(self, request: mpb.RegisterWorkerRequest,
+    def RegisterWorker(self, request: mpb.RegisterWorkerRequest,
                              context: Ctx) -> mpb.RegisterWorkerReply:
         info = convert.worker_from_pb(request.info)
-        reg = await self._store.call(self._mem.register, info, list(request.block_ids))
+        reg = self._store.call(self._mem.register, info, list(request.block_ids))
         return mpb.RegisterWorkerReply(cluster_id=reg.cluster_id, epoch=reg.epoch,
                                        heartbeat_interval_ms=reg.heartbeat_interval_ms, lease_ms=reg.lease_ms,
                                        delete_block_ids=list(reg.delete_block_ids))
 
     @grpc_method
-    async def Heartbeat(self, request: mpb.HeartbeatRequest, context: Ctx) -> mpb.HeartbeatReply:
-        hb = await self._store.call(self._mem.heartbeat, request.worker_id, convert.usage_from_pb(request),
+    def Heartbeat(self, request: mpb.HeartbeatRequest, context: Ctx) -> mpb.HeartbeatReply:
+        hb = self._store.call(self._mem.heartbeat, request.worker_id, convert.usage_from_pb(request),
                                     list(request.evicted_block_ids), list(request.bad_block_ids))
         return mpb.HeartbeatReply(epoch=hb.epoch, reregister=hb.reregister,
                                   delete_block_ids=list(hb.delete_block_ids))
 
     @grpc_method
-    async def GetMembership(self, request: mpb.Empty, context: Ctx) -> mpb.Membership:
-        return convert.membership_pb(await self._store.call(self._mem.view))
+    def GetMembership(self, request: mpb.Empty, context: Ctx) -> mpb.Membership:
+        return convert.membership_pb(self._store.call(self._mem.view))
 
     @grpc_method
-    async def Report(self, request: mpb.Empty, context: Ctx) -> mpb.ClusterReport:
-        return convert.report_pb(await self._store.call(self._mem.report))
+    def Report(self, request: mpb.Empty, context: Ctx) -> mpb.ClusterReport:
+        return convert.report_pb(self._store.call(self._mem.report))
 
     # ------------------------------------------------------------------ background
 
-    async def maintain(self) -> None:
+    def maintain(self, stop: threading.Event) -> None:
         """Lease expiry (so the view shrinks even when nobody asks) and the sweep of blocks that
-        were allocated but never committed. Runs until cancelled."""
+        were allocated but never committed. Runs until `stop` is set."""
         tick = max(0.05, min(self._mem.lease_ms, self._mem.heartbeat_interval_ms) / 4000.0)
-        loop = asyncio.get_running_loop()
-        next_sweep = loop.time() + OPEN_BLOCK_SWEEP_S
-        while True:
-            await asyncio.sleep(tick)
-            await self._store.call(self._mem.expire)
-            if loop.time() >= next_sweep:
-                next_sweep = loop.time() + OPEN_BLOCK_SWEEP_S
-                dropped = await self._store.call(self._ns.expire_open_blocks, OPEN_BLOCK_MAX_AGE_MS)
+        next_sweep = time.monotonic() + OPEN_BLOCK_SWEEP_S
+        while not stop.wait(tick):
+            self._store.call(self._mem.expire)
+            if time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + OPEN_BLOCK_SWEEP_S
+                dropped = self._store.call(self._ns.expire_open_blocks, OPEN_BLOCK_MAX_AGE_MS)
                 if dropped:
                     log.info("gave up %d blocks allocated but never committed", dropped)
 
@@ -224,8 +256,9 @@ def server_options() -> list[tuple[str, int]]:
             ("grpc.so_reuseport", 0)]
 
 
-def build_server(service: MasterService, token: str) -> grpc.aio.Server:
+def build_server(service: MasterService, token: str, *, threads: int = HANDLER_THREADS) -> grpc.Server:
     interceptors = [TokenInterceptor(token)] if token else []
-    server = grpc.aio.server(interceptors=interceptors, options=server_options())
+    server = grpc.server(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="master-rpc"),
+                         interceptors=interceptors, options=server_options())
     master_pb2_grpc.add_MasterServicer_to_server(service, server)  # type: ignore[no-untyped-call]
     return server

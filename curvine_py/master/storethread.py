@@ -1,7 +1,7 @@
 """The one thread that touches the master's SQLite database, with group commit.
 
-Why one thread: SQLite serialises writers anyway, and keeping every call on one thread removes
-locking from the store and keeps the asyncio loop free to accept RPCs while a commit fsyncs.
+Why one thread: SQLite serialises writers anyway, and keeping every write on one thread removes
+locking from the store and leaves the gRPC handler threads free to take RPCs while a commit fsyncs.
 
 Group commit: while a batch is being executed and fsynced, new calls queue up; the next batch runs
 all of them inside one transaction (each as its own SAVEPOINT, so a failing call rolls back only
@@ -13,11 +13,11 @@ every call of the batch fails with an I/O error (none of them is durable).
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import queue
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,18 +34,7 @@ MAX_BATCH = 256   # bounds the latency one batch adds to the calls queued behind
 class _Call:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
-    future: asyncio.Future[Any]
-    loop: asyncio.AbstractEventLoop
-
-
-def _settle(items: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
-    for future, ok, value in items:
-        if future.done():   # the RPC was cancelled; the work is done (and durable) regardless
-            continue
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
+    future: Future[Any]
 
 
 class StoreThread:
@@ -66,11 +55,13 @@ class StoreThread:
             self._queue.put(None)
             self._thread.join()
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Call(fn, args, future, loop))
-        return await future
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args) on the store thread; returns (or raises) once its batch is durable."""
+        if not self._thread.is_alive():
+            raise CurvineError("the metadata store is stopped")
+        future: Future[T] = Future()
+        self._queue.put(_Call(fn, args, future))
+        return future.result()
 
     def _run(self) -> None:
         while True:
@@ -106,12 +97,8 @@ class StoreThread:
             results = [(False, CurvineError(f"metadata commit failed: {exc}")) for _ in batch]
         self.batches += 1
         self.calls += len(batch)
-        # One wake-up per event loop for the whole batch, not one per call.
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
         for call, (ok, value) in zip(batch, results, strict=True):
-            by_loop.setdefault(call.loop, []).append((call.future, ok, value))
-        for loop, items in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_settle, items)
-            except RuntimeError:    # the loop is closed (shutdown): nobody waits any more
-                pass
+            if ok:
+                call.future.set_result(value)
+            else:
+                call.future.set_exception(value)

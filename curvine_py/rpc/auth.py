@@ -6,7 +6,7 @@ token in its HELLO frame. Comparison is constant-time.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -24,22 +24,22 @@ def token_matches(expected: str | None, presented: str | None) -> bool:
     return presented is not None and hmac.compare_digest(expected.encode(), presented.encode())
 
 
-class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, token: str | None) -> None:
         self._token = token
 
-        async def deny(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+        def deny(request: Any, context: grpc.ServicerContext) -> Any:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
 
         self._deny = grpc.unary_unary_rpc_method_handler(deny)
 
-    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]],
-                                handler_call_details: grpc.HandlerCallDetails) -> Any:
+    def intercept_service(self, continuation: Callable[[Any], Any],
+                          handler_call_details: grpc.HandlerCallDetails) -> Any:
         if not self._token:
-            return await continuation(handler_call_details)
+            return continuation(handler_call_details)
         presented = dict(handler_call_details.invocation_metadata or ()).get(TOKEN_METADATA)
         if token_matches(bearer(self._token), presented):
-            return await continuation(handler_call_details)
+            return continuation(handler_call_details)
         return self._deny
 
 

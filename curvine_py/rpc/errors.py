@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno as E
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -74,29 +74,28 @@ def from_rpc_error(exc: grpc.RpcError) -> CurvineError:
     return errors.from_errno(code_errno, f"{code.name}: {details}")
 
 
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-async def abort_with(context: grpc.aio.ServicerContext, exc: CurvineError) -> NoReturn:
+def abort_with(context: grpc.ServicerContext, exc: CurvineError) -> NoReturn:
     context.set_trailing_metadata(((ERRNO_METADATA, errors.errno_name(exc.errno)),))
-    await context.abort(status_for(exc), exc.message)
+    context.abort(status_for(exc), exc.message)
     raise AssertionError("unreachable")  # context.abort raises
 
 
 def grpc_method(func: F) -> F:
-    """Decorates an async servicer method: CurvineError -> its status; anything else is logged and
-    answered INTERNAL (the server keeps serving)."""
+    """Decorates a servicer method of a (synchronous) grpc.server: CurvineError -> its status;
+    anything else is logged and answered INTERNAL (the server keeps serving)."""
 
     @functools.wraps(func)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
-            return await func(self, request, context)
+            return func(self, request, context)
         except CurvineError as exc:
-            await abort_with(context, exc)
-        except (grpc.aio.AbortError, grpc.aio.BaseError):
-            raise
-        except Exception as exc:
+            abort_with(context, exc)
+        except Exception as exc:   # handlers never abort themselves: this is a bug, not a status
             log.exception("internal error in %s", func.__name__)
-            await abort_with(context, CurvineError(f"internal error: {exc}"))
+            abort_with(context, CurvineError(f"internal error: {exc}"))
 
     return wrapper  # type: ignore[return-value]
+

@@ -1,17 +1,19 @@
-"""The store thread: calls run off the event loop, concurrent calls are group-committed, every
-answer is released only after its batch is durable, and one failing call does not spoil others."""
+"""The store thread: calls from many handler threads run on one thread, concurrent calls are
+group-committed, every answer is released only after its batch is durable, and one failing call
+does not spoil others."""
 from __future__ import annotations
 
-import asyncio
 import pathlib
 import sqlite3
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
-from curvine_py.core.errors import AlreadyExists, CurvineError
+from curvine_py.core.errors import AlreadyExists, CurvineError, NotFound
 from curvine_py.master.namespace import Namespace
 from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import ROOT_INO, FileType
@@ -28,19 +30,18 @@ def ns(tmp_path: pathlib.Path) -> Iterator[Namespace]:
 def test_concurrent_calls_are_group_committed_and_durable(ns: Namespace) -> None:
     store = StoreThread(ns)
     store.start()
-    observer = sqlite3.connect(ns.path)           # a second reader sees only committed data
+    observer = ns.reader()         # a second connection sees only committed data
+    observing = threading.Lock()   # one connection, one thread at a time
 
-    async def create(i: int) -> int:
-        attr = await store.call(ns.create, ROOT_INO, f"f{i}", FileType.REGULAR, 0o644)
-        visible = observer.execute("SELECT COUNT(*) FROM dentries WHERE parent=1 AND name=?",
-                                   (f"f{i}",)).fetchone()[0]
-        assert visible == 1, "answered before the commit"
+    def create(i: int) -> int:
+        attr = store.call(ns.create, ROOT_INO, f"f{i}", FileType.REGULAR, 0o644)
+        with observing, observer.snapshot():
+            visible = observer.lookup(ROOT_INO, f"f{i}")
+        assert visible.ino == attr.ino, "answered before the commit"
         return attr.ino
 
-    async def main() -> list[int]:
-        return await asyncio.gather(*(create(i) for i in range(300)))
-
-    inos = asyncio.run(main())
+    with ThreadPoolExecutor(16) as pool:
+        inos = list(pool.map(create, range(300)))
     store.stop()
     assert len(set(inos)) == 300
     assert store.calls == 300
@@ -50,17 +51,25 @@ def test_concurrent_calls_are_group_committed_and_durable(ns: Namespace) -> None
     observer.close()
 
 
+def _gather(*calls: Any) -> list[object]:
+    """Runs each zero-argument call in its own thread at once; results or exceptions, in order."""
+    def outcome(call: Any) -> object:
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - the call's answer
+            return exc
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(outcome, calls))
+
+
 def test_a_failing_call_does_not_spoil_its_batch(ns: Namespace) -> None:
     store = StoreThread(ns)
     store.start()
 
-    async def main() -> list[object]:
-        return await asyncio.gather(
-            *(store.call(ns.create, ROOT_INO, "same", FileType.REGULAR, 0o644) for _ in range(20)),
-            *(store.call(ns.create, ROOT_INO, f"other{i}", FileType.REGULAR, 0o644) for i in range(20)),
-            return_exceptions=True)
-
-    results = asyncio.run(main())
+    results = _gather(
+        *(lambda: store.call(ns.create, ROOT_INO, "same", FileType.REGULAR, 0o644) for _ in range(20)),
+        *(lambda i=i: store.call(ns.create, ROOT_INO, f"other{i}", FileType.REGULAR, 0o644) for i in range(20)))
     store.stop()
     same, others = results[:20], results[20:]
     assert sum(not isinstance(r, BaseException) for r in same) == 1
@@ -74,10 +83,7 @@ def test_calls_run_on_the_store_thread(ns: Namespace) -> None:
     store = StoreThread(ns, name="the-store")
     store.start()
 
-    async def main() -> str:
-        return await store.call(lambda: threading.current_thread().name)
-
-    assert asyncio.run(main()) == "the-store"
+    assert store.call(lambda: threading.current_thread().name) == "the-store"
     store.stop()
 
 
@@ -94,10 +100,7 @@ def test_a_failed_commit_fails_every_call_of_the_batch() -> None:
     store = StoreThread(_FailingCommit())  # type: ignore[arg-type]
     store.start()
 
-    async def main() -> list[object]:
-        return await asyncio.gather(*(store.call(lambda: 42) for _ in range(5)), return_exceptions=True)
-
-    results = asyncio.run(main())
+    results = _gather(*(lambda: store.call(lambda: 42) for _ in range(5)))
     store.stop()
     assert all(isinstance(r, CurvineError) and "commit failed" in str(r) for r in results)
 
@@ -105,12 +108,38 @@ def test_a_failed_commit_fails_every_call_of_the_batch() -> None:
 def test_stop_finishes_queued_calls(ns: Namespace) -> None:
     store = StoreThread(ns)
     store.start()
+    release = threading.Event()
+    with ThreadPoolExecutor(11) as pool:
+        blocker = pool.submit(store.call, release.wait)      # holds the store thread
+        queued = [pool.submit(store.call, ns.create, ROOT_INO, f"q{i}", FileType.REGULAR, 0o644)
+                  for i in range(10)]
+        stopper = pool.submit(store.stop)
+        release.set()
+        stopper.result(timeout=10)
+        assert blocker.result(timeout=10) is True
+        assert len({f.result(timeout=10).ino for f in queued}) == 10
 
-    async def main() -> list[object]:
-        tasks = [asyncio.ensure_future(store.call(ns.create, ROOT_INO, f"q{i}", FileType.REGULAR, 0o644))
-                 for i in range(10)]
-        await asyncio.sleep(0)
-        await asyncio.get_running_loop().run_in_executor(None, store.stop)
-        return await asyncio.gather(*tasks)
 
-    assert len(asyncio.run(main())) == 10
+def test_a_call_after_stop_is_refused(ns: Namespace) -> None:
+    store = StoreThread(ns)
+    store.start()
+    store.stop()
+    with pytest.raises(CurvineError, match="stopped"):
+        store.call(lambda: 1)
+
+
+def test_a_reader_sees_committed_state_only_and_cannot_write(ns: Namespace) -> None:
+    reader = ns.reader()
+    try:
+        with ns.batch():    # open write transaction: not yet committed, so not yet acknowledged
+            ns.create(ROOT_INO, "pending", FileType.REGULAR, 0o644)
+            with reader.snapshot(), pytest.raises(NotFound):
+                reader.lookup(ROOT_INO, "pending")
+        with reader.snapshot():
+            assert reader.lookup(ROOT_INO, "pending").type == FileType.REGULAR
+        with pytest.raises(sqlite3.OperationalError):   # opened read-only and query_only
+            reader.create(ROOT_INO, "sneaky", FileType.REGULAR, 0o644)
+        with pytest.raises(NotFound):
+            ns.lookup(ROOT_INO, "sneaky")
+    finally:
+        reader.close()
