@@ -25,7 +25,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -41,6 +41,7 @@ from curvine_py.core.errors import (
     NotPermitted,
 )
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader, stored_range
+from curvine_py.fuse.names import NameCache
 from curvine_py.fuse.offload import Offload
 from curvine_py.fuse.readbuf import POOLED, ReplyBuffers
 from curvine_py.fuse.state import (
@@ -115,7 +116,8 @@ def kind_of(mode: int) -> cpb.FileType:
 
 class Filesystem:
     def __init__(self, client: CurvineClient, offload: Offload, *, root: int, node: str,
-                 read_only: bool = False, attr_ttl: float = 0.0, reader: TrioBlockReader | None = None) -> None:
+                 read_only: bool = False, attr_ttl: float = 0.0, names_ttl: float = 0.0,
+                 reader: TrioBlockReader | None = None) -> None:
         self.client = client
         self.master = client.master
         self.offload = offload
@@ -124,7 +126,7 @@ class Filesystem:
         self.read_only = read_only
         self.handles = Handles()
         self.buffers = ReplyBuffers()
-        self.attrs = AttrCache(attr_ttl)
+        self.attrs = AttrCache(attr_ttl, names=NameCache(names_ttl))
         self.reader = reader
         # security.capability is asked for before every write (the kernel's killpriv check):
         # its answers are cached like attributes. ino -> (expiry, value or None).
@@ -140,6 +142,7 @@ class Filesystem:
         try:
             return await self.offload.control_call(fn, *args)
         except NotFound as exc:
+            self.attrs.clear()     # whatever named this inode is out of date: re-resolve at the master
             raise StaleHandle(str(exc)) from None
 
     async def _data(self, fn: Callable[..., T], *args: Any) -> T:
@@ -147,6 +150,7 @@ class Filesystem:
         try:
             return await self.offload.data_call(fn, *args)
         except NotFound as exc:
+            self.attrs.clear()
             raise StaleHandle(str(exc)) from None
 
     def _writable(self) -> None:
@@ -190,10 +194,36 @@ class Filesystem:
 
     # -- names -------------------------------------------------------------------------------
     async def lookup(self, parent: int, name: str) -> cpb.Attr:
+        return (await self.lookup_aged(parent, name))[0]
+
+    async def lookup_aged(self, parent: int, name: str) -> tuple[cpb.Attr, float]:
+        """The name's attributes and their age in seconds: 0 from the master, more when answered
+        from a hot directory's names (fuse/names.py; the kernel's timeouts are shortened by it)."""
         if name == ".." and parent == self.root:
-            return self._note(await self.master_getattr(parent))
+            return self._note(await self.master_getattr(parent)), 0.0
+        names = self.attrs.names
+        if name not in (".", ".."):
+            held = names.get(parent, name)
+            if held is not None:
+                return held
+            if names.should_fetch(parent):
+                generation = names.generation
+                attr, page = await self._call(self._lookup_and_page, parent, name)
+                names.fill(parent, page, generation)
+                return self._note(attr), 0.0
         attr: cpb.Attr = await self._call(self.master.lookup, parent, name)
-        return self._note(attr)
+        return self._note(attr), 0.0
+
+    def _lookup_and_page(self, parent: int, name: str) -> tuple[cpb.Attr, Sequence[pb.DirEntry]]:
+        """In one thread hop: the lookup, then the names after it (best effort: a failed page
+        costs nothing but the prefetch)."""
+        attr = self.master.lookup(parent, name)
+        try:
+            page: Sequence[pb.DirEntry] = self.master.readdir(parent, name, self.attrs.names.page).entries
+        except CurvineError as exc:
+            log.debug("prefetch of names in %d failed: %s", parent, exc)
+            page = ()
+        return attr, page
 
     async def master_getattr(self, ino: int) -> cpb.Attr:
         attr: cpb.Attr = await self._icall(self.master.getattr, ino)

@@ -62,7 +62,8 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
                                  max_payload=client.config.max_payload, per_worker=DATA_THREADS,
                                  is_local=client.io.is_local)
     fs = Filesystem(client, offload, root=root, node=client.node, read_only=options.read_only,
-                    attr_ttl=options.attr_timeout, reader=reader)
+                    attr_ttl=options.attr_timeout,
+                    names_ttl=min(options.entry_timeout, options.attr_timeout), reader=reader)
     ops = Operations(fs, Timeouts(options.attr_timeout, options.entry_timeout, options.negative_timeout),
                      writeback_cache=options.writeback_cache, direct_io=options.direct_io,
                      keep_cache=options.keep_cache)

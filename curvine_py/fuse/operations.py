@@ -69,12 +69,16 @@ class Operations(pyfuse3.Operations):
     @boundary
     async def lookup(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         try:
-            attr = await self.fs.lookup(self._m(parent_inode), _name(name))
+            attr, age = await self.fs.lookup_aged(self._m(parent_inode), _name(name))
         except NotFound:
             if self.timeouts.negative > 0:
                 return negative_entry(self.timeouts)
             raise
-        return self._reference(attr)
+        entry = self._reference(attr)
+        if age > 0:     # an answer held by the mount: the kernel may keep it only for what is left
+            entry.entry_timeout = max(0.0, entry.entry_timeout - age)
+            entry.attr_timeout = max(0.0, entry.attr_timeout - age)
+        return entry
 
     @boundary
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from curvine_py.client.files import CurvineFile
+from curvine_py.fuse.names import NameCache
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 log = logging.getLogger(__name__)
@@ -115,13 +116,17 @@ class AttrCache:
     then asks again to check search permission (default_permissions) on the next path walk: one
     master round trip per create. Answering from here keeps the promise the attr timeout already
     makes (attributes may be that old) while local changes keep it exact: every reply passes
-    through `put`, and whatever a local operation changes is dropped or touched.
+    through `put`, and whatever a local operation changes is dropped or touched. The same
+    invalidations reach the names of hot directories (`names`, fuse/names.py), so one set of calls
+    keeps both exact.
     """
 
-    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic,
+                 names: NameCache | None = None) -> None:
         self.ttl = ttl
         self._clock = clock
         self._entries: dict[int, tuple[float, cpb.Attr]] = {}
+        self.names = names if names is not None else NameCache(0.0)
 
     def get(self, ino: int) -> cpb.Attr | None:
         found = self._entries.get(ino)
@@ -133,6 +138,7 @@ class AttrCache:
         return found[1]
 
     def put(self, attr: cpb.Attr) -> None:
+        self.names.refresh(attr)
         if self.ttl > 0:
             if len(self._entries) > MAX_CACHED:
                 self._entries.clear()
@@ -140,12 +146,15 @@ class AttrCache:
 
     def drop(self, ino: int) -> None:
         self._entries.pop(ino, None)
+        self.names.forget_inode(ino)
 
     def clear(self) -> None:
         self._entries.clear()
+        self.names.clear()
 
     def touch(self, ino: int, now_ns: int) -> None:
         """A directory gained or lost a non-directory entry: mtime and ctime move, nlink does not."""
+        self.names.forget_directory(ino)
         found = self._entries.get(ino)
         if found is not None:
             attr = cpb.Attr()

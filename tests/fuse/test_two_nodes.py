@@ -82,6 +82,31 @@ def test_stat_of_a_name_created_on_a_succeeds_on_b_at_once(nodes: tuple[Mount, M
         assert os.stat(b.path / "poll" / name).st_size == 2, "no negative entry was cached on B"
 
 
+def test_a_hot_directory_on_b_still_sees_a_s_changes(nodes: tuple[Mount, Mount, Cluster]) -> None:
+    """B stats many names of one directory, so it holds a page of them (fuse/names.py). A's
+    changes must still show on B as without it: a new name at once, a replaced file's new
+    content at B's next open, an unlinked name gone within the entry timeout (1 s)."""
+    a, b, _ = nodes
+    (a.path / "hot").mkdir()
+    for i in range(200):
+        (a.path / "hot" / f"n{i:03d}").write_bytes(b"old")
+    time.sleep(1.1)     # B's kernel has nothing cached for these names
+    for i in range(100):
+        assert os.stat(b.path / "hot" / f"n{i:03d}").st_size == 3
+    # Names B has not looked at yet (n100..) are now held by B's mount: A changes some of them.
+    tmp = a.path / "hot" / "n150.tmp"
+    tmp.write_bytes(b"brand new")
+    os.replace(tmp, a.path / "hot" / "n150")
+    os.unlink(a.path / "hot" / "n160")
+    (a.path / "hot" / "n170").write_bytes(b"rewritten in place")
+    (a.path / "hot" / "fresh").write_bytes(b"x")
+    assert os.stat(b.path / "hot" / "fresh").st_size == 1, "a new name is seen at once"
+    assert (b.path / "hot" / "n150").read_bytes() == b"brand new", "replaced: new content at open"
+    assert (b.path / "hot" / "n170").read_bytes() == b"rewritten in place", "close-to-open"
+    wait_until(lambda: not (b.path / "hot" / "n160").exists(), 1.5, "unlinked name gone within the timeout")
+    assert os.stat(b.path / "hot" / "n199").st_size == 3
+
+
 def _payload(seed: int) -> bytes:
     size = random.Random(seed).randrange(64 * 1024, 3 * MiB)
     body = random_bytes(size, seed=seed)
