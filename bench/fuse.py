@@ -7,8 +7,10 @@ the per-repeat ratios, see bench/common.py):
 - 4 KiB random reads: through the page cache and with O_DIRECT (ops/s);
 - metadata: create (open O_CREAT + close), stat, unlink, from 1 thread and from --threads threads,
   each thread in its own directory as mdtest -u does (ops/s). Stats are measured twice: "warm" right after the creates (the kernel's 1 s entry and
-  attribute caches answer) and "cold" after those caches expired (every stat reaches the mount and
-  the master). The library side does the same master calls (Create, Lookup, Unlink).
+  attribute caches answer) and "cold" after those caches expired (every stat reaches the mount; the
+  mount asks the master until the directory turns hot, then answers from the pages of names it
+  fetched, fuse/names.py). The library side does the same master calls (Create, Lookup, Unlink),
+  one per name.
 - fio jobs on the mount (Debian's fio; --iomem=mmap, page-aligned buffers as ARCHITECTURE.md
   explains): 1 MiB sequential write and read, 4 KiB random read (O_DIRECT, 4 jobs).
 
