@@ -6,6 +6,7 @@ Blocking sockets release the GIL in every syscall, so a thread per connection ov
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 
@@ -82,3 +83,45 @@ def send_frame_from_file(sock: socket.socket, op: frames.Op, request_id: int, he
 def set_fast_options(sock: socket.socket) -> None:
     """No Nagle: request/response frames must not wait for a delayed ACK."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+# Congestion control for a connection that never leaves this host (see set_local_options).
+LOCAL_CONGESTION_CONTROL = b"reno"
+
+
+def is_loopback_address(host: str) -> bool:
+    """127.0.0.0/8, ::1 or ::ffff:127.x.y.z (a scope suffix such as %lo is ignored)."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+def is_loopback_peer(sock: socket.socket) -> bool:
+    """True for a TCP connection whose peer is this host's loopback."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return False
+    try:
+        host = sock.getpeername()[0]
+    except OSError:
+        return False
+    return is_loopback_address(host)
+
+
+def set_local_options(sock: socket.socket) -> bool:
+    """For a loopback peer: plain Reno congestion control instead of the host's default. Why: with
+    BBR as the default (as on the bench machine), every send is paced by hrtimers and loopback
+    pays for the pacing (timer softirqs, small bursts) with nothing to gain, there being no
+    network to probe. Same-run A/B, sendfile of 8 x 32 MiB over loopback: BBR 1.64-1.87 GB/s,
+    Reno 5.0 GB/s, with a third of the sender's CPU per GB. Reno is in every kernel's allowed
+    list (no privilege needed). Returns whether it was applied (False: not loopback or refused)."""
+    if not is_loopback_peer(sock):
+        return False
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, LOCAL_CONGESTION_CONTROL)
+    except OSError:
+        return False
+    return True

@@ -429,6 +429,7 @@ class Listener:
                 continue
             if conn.family in (socket.AF_INET, socket.AF_INET6):
                 blocking.set_fast_options(conn)
+                blocking.set_local_options(conn)   # replies to a loopback peer: no pacing
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
                 peer = f"{address[0]}:{address[1]}"
             else:
