@@ -26,6 +26,17 @@ a worker in another network namespace (tests/netns.py: a veth link through a bri
 reference's 55.75 ms and as a ratio of the raw pair's time for the same 7 x 14 MiB over the same
 link (raw server in the worker's namespace, reading a file on the same filesystem).
 
+Like with like: every backend gets the same `count` fresh keys per sample; one untimed warm-up
+sample per backend first opens its connections (the curvine plugin's pool, the stock connector's
+one socket, redis-py's pool) and warms the servers; the order rotates every repeat; connectors run
+with LMCache's defaults and the curvine plugin with its own shipped default (num_workers 4: up to 4
+chunks in flight on pooled connections, where the stock lm connector is serial by design).
+Congestion control: every process keeps the host's default (BBR on the bench machine) except that
+the curvine worker and the raw pair's server switch connections from a loopback peer to Reno
+(transport/blocking.py set_local_options: BBR's pacing costs loopback more than half its
+throughput). The stock lm server and Redis run as shipped (a probe of the stock server patched to
+do the same is in docs/lmcache.md); across the veth link nobody switches.
+
 Targets: native get >= 2x Redis get and >= 1x the stock lm server's; scenario <= 1.15x raw time.
 """
 from __future__ import annotations
@@ -555,9 +566,10 @@ def render(payload: dict[str, Any]) -> str:
          f"{r['native_vs_redis_put']:.2f}x Redis, {r['native_vs_stock_lm_put']:.2f}x stock lm (medians of "
          "per-repeat ratios). On one host the plugin's default is the short-circuit row (its node name, the "
          "hostname, equals the worker's): get = "
-         f"{r['native_local_vs_stock_lm_get']:.2f}x the stock lm server. TCP over loopback is the one setting "
-         "where the stock server's send from memory beats a worker's `sendfile` from the page cache (a single "
-         "stream: ~1.7 vs ~2.4 GB/s here, see docs/lmcache.md); across a link (below) the order reverses."),
+         f"{r['native_local_vs_stock_lm_get']:.2f}x the stock lm server. On loopback the worker and the raw "
+         "pair's server use Reno instead of the host's default BBR for their connections (BBR paces every send, "
+         "which costs loopback `sendfile` more than half its throughput); the stock server and Redis run as "
+         "shipped (see docs/lmcache.md)."),
     ]
     mp = loop["mp_l2"]
     if mp:

@@ -3,12 +3,16 @@ Python socket pair (ARCHITECTURE.md). A separate server process answers G(et) wi
 from a file in the page cache and P(ut) with `recv_into` a page-aligned mmap (+ a 1-byte ack);
 the client receives into page-aligned buffers.
 
+Loopback connections use Reno congestion control, as the worker's do (a host default of BBR paces
+every send, which costs loopback more than half its throughput: transport/blocking.py).
+
 Run as a script (also inside a network namespace): `python bench/rawpair.py HOST WORKDIR` prints
 its port, then serves until it gets a Q(uit) request or is killed.
 """
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import mmap
 import os
 import pathlib
@@ -38,6 +42,10 @@ def serve(host: str, workdir: str) -> None:
     while True:
         conn, _ = listener.accept()
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ipaddress.ip_address(conn.getpeername()[0]).is_loopback:
+            # What a worker does for a loopback peer (transport/blocking.py set_local_options):
+            # the baseline must not pay for the host's default BBR pacing when the worker does not.
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"reno")
         head = memoryview(bytearray(REQUEST.size))
         try:
             while True:
