@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 from curvine_py.client import digests
 from curvine_py.client.buffers import aligned
-from curvine_py.core import frames
+from curvine_py.core import frames, layout
 from curvine_py.core.errors import (
     CurvineError,
     InvalidArgument,
+    LocalProtocolError,
     ProtocolError,
     Timeout,
     Unavailable,
@@ -29,6 +30,9 @@ from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 from curvine_py.transport import blocking
 
 log = logging.getLogger(__name__)
+
+# Payloads up to this size leave in one send together with their header.
+INLINE_PAYLOAD = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +71,7 @@ class WorkerConnection:
         in `Reply.digests`."""
         request_id = next(self._ids) & frames.MAX_REQUEST_ID
         try:
-            blocking.send_frame(self._sock, op, request_id, header, payload)
+            self._send(op, request_id, header, payload)
             prefix, reply = blocking.read_head(self._sock, max_payload=self._max_payload,
                                                expect_response=True)
             if prefix.op != op or prefix.request_id != request_id:
@@ -86,6 +90,24 @@ class WorkerConnection:
         if reply.errno:
             raise from_errno(reply.errno, reply.message)
         return Reply(reply, data, chunk_digests)
+
+    def _send(self, op: frames.Op, request_id: int, header: DataHeader,
+              payload: bytes | bytearray | memoryview | None) -> None:
+        """A request frame; with `header.digest_trailer` the payload's chunk digests are computed
+        as it goes out and sent after it (frames.py)."""
+        if payload is None or not header.digest_trailer:
+            blocking.send_frame(self._sock, op, request_id, header, payload)
+            return
+        view = memoryview(payload).cast("B")
+        if header.length != len(view):
+            raise LocalProtocolError(f"digest trailer: length {header.length} != payload of {len(view)} bytes")
+        head = frames.encode(op, request_id, header, len(view) + frames.trailer_size(len(view)))
+        if len(view) <= INLINE_PAYLOAD:   # one segment for small objects
+            self._sock.sendall(head + bytes(view) + frames.encode_trailer(layout.chunk_digests(view)))
+            return
+        self._sock.sendall(head)
+        chunk_digests = digests.send_and_digest(view, self._sock.sendall)
+        self._sock.sendall(frames.encode_trailer(chunk_digests))
 
     def _receive_payload(self, length: int, out: memoryview | None,
                          digest: bool) -> tuple[memoryview | None, list[int] | None]:

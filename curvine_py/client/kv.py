@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from curvine_py.client.membership import MembershipCache, View, WorkerAddress
 from curvine_py.client.workerio import WorkerIO
-from curvine_py.core import frames, layout
+from curvine_py.core import frames
 from curvine_py.core.errors import Corrupt, CurvineError, StaleEpoch, Timeout, Unavailable
 from curvine_py.core.keys import validate_key
 from curvine_py.proto.curvine.v1.common_pb2 import CACHE, DURABLE
@@ -55,9 +55,10 @@ class KVClient:
         """Stores `data` on the key's first `replicas` reachable owners; raises only if none took it."""
         validate_key(key, self._max_key_bytes)
         view_data = memoryview(data).cast("B")
-        digest = layout.object_checksum(view_data)
         wanted = replicas or self.replicas
-        header = DataHeader(key=key, length=len(view_data), checksum=digest, user_meta=user_meta,
+        # The chunk digests follow the payload (digest trailer): each chunk is hashed as it is
+        # sent, and the worker checks every one of them before the object becomes visible.
+        header = DataHeader(key=key, length=len(view_data), digest_trailer=True, user_meta=user_meta,
                             ttl_ms=ttl_ms, storage_class=DURABLE if durable else CACHE)
 
         def attempt(view: View) -> None:

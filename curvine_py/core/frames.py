@@ -16,10 +16,11 @@ connection); misuse by this process raises `LocalProtocolError`.
 Which DataHeader fields each op uses:
     HELLO         token -> worker_id, epoch
     PUT           key, length(=payload), checksum, user_meta, storage_class, ttl_ms, epoch  -> (status)
+                  [digest_trailer: length = the object's bytes, the payload = them + their trailer]
     GET           key, epoch -> found, length, checksum, user_meta + payload
     EXISTS        keys, pin, epoch -> hit_count
     DELETE        key -> found
-    WRITE_BLOCK   block_id, checksum, storage_class, ttl_ms + payload -> (status)
+    WRITE_BLOCK   block_id, checksum, storage_class, ttl_ms + payload -> (status) [digest_trailer as PUT]
     READ_BLOCK    block_id, offset, length -> length, checksum(of the whole block) + payload
     DELETE_BLOCK  block_id -> found
     REPORT_BAD    key or block_id: the client saw a checksum mismatch, the worker drops its copy
@@ -33,7 +34,8 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
-from curvine_py.core.errors import LocalProtocolError, ProtocolError, TooLarge
+from curvine_py.core import layout
+from curvine_py.core.errors import InvalidArgument, LocalProtocolError, ProtocolError, TooLarge
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 
 MAGIC = b"CV"
@@ -64,6 +66,43 @@ class Op(enum.IntEnum):
 REQUEST_PAYLOAD_OPS = frozenset({Op.PUT, Op.WRITE_BLOCK})
 # Ops whose *response* may carry a payload.
 RESPONSE_PAYLOAD_OPS = frozenset({Op.GET, Op.READ_BLOCK})
+
+
+# Digest trailer (DataHeader.digest_trailer): the chunk digests of the object bytes that precede
+# it, one u64 little-endian per layout.CHUNK_SIZE piece, in order.
+_DIGEST = struct.Struct("<Q")
+
+
+def trailer_size(length: int) -> int:
+    """Bytes of the digest trailer that follows an object of `length` bytes."""
+    return _DIGEST.size * layout.chunk_count(length)
+
+
+def encode_trailer(digests: list[int] | tuple[int, ...]) -> bytes:
+    return struct.pack(f"<{len(digests)}Q", *digests)
+
+
+def decode_trailer(data: bytes | bytearray | memoryview, length: int) -> tuple[int, ...]:
+    """The chunk digests of an object of `length` bytes from its trailer (ProtocolError if the
+    trailer does not have exactly one digest per chunk)."""
+    count = layout.chunk_count(length)
+    if len(data) != _DIGEST.size * count:
+        raise ProtocolError(f"digest trailer of {len(data)} bytes for {count} chunks")
+    return struct.unpack(f"<{count}Q", data)
+
+
+def object_length(header: DataHeader, payload_length: int) -> int:
+    """Object bytes in a PUT/WRITE_BLOCK payload of `payload_length` bytes: all of it, or with a
+    digest trailer `header.length` (which must then leave exactly room for the trailer).
+    InvalidArgument if the lengths disagree (the frame itself is intact: the receiver drains the
+    payload and answers EINVAL)."""
+    if not header.digest_trailer:
+        if header.length and header.length != payload_length:
+            raise InvalidArgument(f"length {header.length} != payload of {payload_length} bytes")
+        return payload_length
+    if header.length + trailer_size(header.length) != payload_length:
+        raise InvalidArgument(f"payload of {payload_length} bytes is not {header.length} bytes + their digest trailer")
+    return header.length
 
 
 @dataclass(frozen=True, slots=True)

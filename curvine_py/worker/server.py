@@ -7,16 +7,18 @@ the response bit and its request id; `errno` 0 = success):
     HELLO         token -> worker_id, epoch. Wrong token (worker has one): EACCES, then close.
                   Required first when the worker has a token (any other first op: EACCES, close).
     PUT           key, payload, [length = payload length], [checksum], user_meta, storage_class
-                  (unspecified = CACHE), ttl_ms, [epoch] -> length, found (true = the key was
+                  (unspecified = CACHE), ttl_ms, [epoch], [digest_trailer: the payload ends with
+                  the chunk digests of the `length` bytes before it, each verified before the
+                  object is published] -> length, found (true = the key was
                   already stored: write-once, the stored copy is kept, the payload is dropped).
                   EINVAL/ENAMETOOLONG bad key, ENOSPC no room (after evicting cache data),
-                  EIO payload does not match `checksum`, ESTALE stale epoch.
+                  EIO payload does not match `checksum` or its trailer, ESTALE stale epoch.
     GET           key, [epoch] -> found=false (a miss, not an error) | found, length, checksum,
                   user_meta, chunk_checksums (all chunks) + payload.
     EXISTS        keys, pin, [epoch] -> hit_count (length of the stored prefix of keys).
     DELETE        key, [epoch] -> found.
     WRITE_BLOCK   block_id, payload, [length], [checksum], storage_class (unspecified = DURABLE),
-                  ttl_ms -> length, checksum. An existing block id is replaced atomically.
+                  ttl_ms, [digest_trailer as PUT] -> length, checksum. An existing block id is replaced atomically.
     READ_BLOCK    block_id, offset, length (0 = to the end; clipped at the end) -> offset, length
                   (bytes sent), checksum (of the whole block), chunk_checksums (of the payload cut
                   in 1 MiB pieces from its start; offsets should be chunk-aligned) + payload.
@@ -263,9 +265,19 @@ class Session:
 
     @staticmethod
     def _payload_length(prefix: frames.FramePrefix, header: DataHeader) -> int:
-        if header.length and header.length != prefix.payload_length:
-            raise InvalidArgument(f"length {header.length} != payload of {prefix.payload_length} bytes")
-        return prefix.payload_length
+        """The object's length (without a digest trailer, if the payload carries one)."""
+        return frames.object_length(header, prefix.payload_length)
+
+    def _trailer(self, header: DataHeader, length: int) -> Callable[[], tuple[int, ...]] | None:
+        """Reads the digest trailer (after the object's bytes), when the request has one."""
+        if not header.digest_trailer:
+            return None
+
+        def read() -> tuple[int, ...]:
+            raw = memoryview(bytearray(frames.trailer_size(length)))
+            self._fill(raw)
+            return frames.decode_trailer(raw, length)
+        return read
 
     def _hello(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
         if not token_matches(self._options.token, header.token):
@@ -286,7 +298,7 @@ class Session:
         if pending is None:
             return _Outcome(DataHeader(length=length, found=True))
         with pending:
-            pending.receive(self._fill)
+            pending.receive(self._fill, self._trailer(header, length))
             stored_now = pending.commit()
         return _Outcome(DataHeader(length=length, found=not stored_now))
 
@@ -318,7 +330,7 @@ class Session:
         with self._store.begin_write_block(header.block_id, length, checksum=header.checksum,
                                            storage_class=header.storage_class,
                                            ttl_ms=header.ttl_ms) as pending:
-            pending.receive(self._fill)
+            pending.receive(self._fill, self._trailer(header, length))
             pending.commit()
         return _Outcome(DataHeader(block_id=header.block_id, length=length))
 

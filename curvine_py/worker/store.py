@@ -281,10 +281,13 @@ class PendingWrite:
         if not self._done:
             self.abort()
 
-    def receive(self, fill: Callable[[memoryview], None]) -> None:
+    def receive(self, fill: Callable[[memoryview], None],
+                expected_digests: Callable[[], Sequence[int]] | None = None) -> None:
         """Takes the payload from `fill(view)`, which must fill `view` completely (it is called
         with consecutive pieces of at most 1 MiB). Corrupt (EIO) if the bytes do not match the
-        client's checksum (0 = the client sent none)."""
+        client's checksum (0 = the client sent none) or, when `expected_digests` is given, the chunk
+        digests it returns once the payload is in (the client's digest trailer); either way this
+        happens before the header is written, so a mismatch leaves only the temp file to abort."""
         if self._received or self._done:
             raise InvalidArgument("payload already received")
         scratch = _scratch()
@@ -300,6 +303,12 @@ class PendingWrite:
                 break  # small object: header and payload go out in one pwritev below
             _pwrite_all(self._fd, view, header_size + position)
             position += len(view)
+        if expected_digests is not None:
+            expected = list(expected_digests())
+            if expected != digests:
+                bad = next((i for i, (a, b) in enumerate(zip(expected, digests, strict=False)) if a != b),
+                           min(len(expected), len(digests)))
+                raise Corrupt(f"payload chunk {bad} does not match the client's digest")
         total = layout.combine(digests)
         if self._expected and self._expected != total:
             raise Corrupt(f"payload checksum {total:016x} does not match the client's {self._expected:016x}")

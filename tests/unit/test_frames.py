@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from curvine_py.core import frames
-from curvine_py.core.errors import LocalProtocolError, ProtocolError, TooLarge
+from curvine_py.core import frames, layout
+from curvine_py.core.errors import InvalidArgument, LocalProtocolError, ProtocolError, TooLarge
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 
 LIMIT = 1 << 20
@@ -83,3 +83,49 @@ def test_local_misuse_is_a_different_error() -> None:
         frames.encode(frames.Op.PING, 2**32, DataHeader())
     with pytest.raises(LocalProtocolError):
         frames.encode(frames.Op.PUT, 1, DataHeader(user_meta=b"x" * (frames.MAX_HEADER + 1)))
+
+
+# -- digest trailer (PUT/WRITE_BLOCK with DataHeader.digest_trailer) --------------------------------
+@given(length=st.integers(0, 5 * (1 << 20)), digests=st.data())
+def test_digest_trailer_round_trip(length: int, digests: st.DataObject) -> None:
+    count = layout.chunk_count(length)
+    values = digests.draw(st.lists(st.integers(0, 2**64 - 1), min_size=count, max_size=count))
+    trailer = frames.encode_trailer(values)
+    assert len(trailer) == frames.trailer_size(length) == 8 * count
+    assert frames.decode_trailer(trailer, length) == tuple(values)
+
+
+@pytest.mark.parametrize("length, size", [(1, 0), (1, 16), ((1 << 20) + 1, 8), (0, 8)])
+def test_digest_trailer_of_the_wrong_size_is_rejected(length: int, size: int) -> None:
+    with pytest.raises(ProtocolError):
+        frames.decode_trailer(b"\0" * size, length)
+
+
+def test_object_length_with_and_without_a_trailer() -> None:
+    assert frames.object_length(DataHeader(), 100) == 100
+    assert frames.object_length(DataHeader(length=100), 100) == 100
+    assert frames.object_length(DataHeader(length=100, digest_trailer=True), 108) == 100
+    assert frames.object_length(DataHeader(length=0, digest_trailer=True), 0) == 0
+    big = 3 * (1 << 20) + 1
+    assert frames.object_length(DataHeader(length=big, digest_trailer=True), big + 32) == big
+
+
+@pytest.mark.parametrize("header, payload", [
+    (DataHeader(length=100), 99),                          # length disagrees with the payload
+    (DataHeader(length=100, digest_trailer=True), 100),    # trailer missing
+    (DataHeader(length=100, digest_trailer=True), 116),    # one digest too many
+    (DataHeader(digest_trailer=True), 8),                  # a trailer needs the length
+])
+def test_object_length_mismatch_is_invalid_argument(header: DataHeader, payload: int) -> None:
+    with pytest.raises(InvalidArgument):
+        frames.object_length(header, payload)
+
+
+def test_a_put_with_its_trailer_decodes_as_one_frame() -> None:
+    data = bytes(range(256)) * 5
+    header = DataHeader(key="k", length=len(data), digest_trailer=True)
+    trailer = frames.encode_trailer(layout.chunk_digests(data))
+    [frame] = decode_all(frames.encode(frames.Op.PUT, 3, header, len(data) + len(trailer)) + data + trailer)
+    length = frames.object_length(frame.header, frame.prefix.payload_length)
+    assert frame.payload[:length] == data
+    assert frames.decode_trailer(frame.payload[length:], length) == tuple(layout.chunk_digests(data))

@@ -111,6 +111,15 @@ class WireClient:
         header = DataHeader(key=key, length=len(data), checksum=layout.object_checksum(data), **fields)
         return self.call(Op.PUT, header, data)
 
+    def put_with_trailer(self, key: str, data: bytes, digests: list[int] | None = None,
+                         op: Op = Op.PUT, **fields: Any) -> DataHeader:
+        """A PUT (or WRITE_BLOCK) whose chunk digests follow the payload (DataHeader.digest_trailer);
+        `digests` overrides the true ones. Returns the reply, errors included."""
+        trailer = frames.encode_trailer(layout.chunk_digests(data) if digests is None else digests)
+        header = DataHeader(key=key, length=len(data), digest_trailer=True, **fields)
+        reply, _ = self.exchange(op, header, data + trailer)
+        return reply
+
     def get(self, key: str) -> tuple[DataHeader, bytes]:
         reply, data = self.exchange(Op.GET, DataHeader(key=key))
         if reply.errno:
@@ -226,6 +235,60 @@ def test_checksum_mismatch_is_eio_and_stores_nothing(client: WireClient, store: 
     assert client.get("bad")[0].found is False
     assert os.listdir(os.path.join(store.dirs[0].path, "tmp")) == []
     assert client.call(Op.PING, DataHeader()).errno == 0   # the connection is still in sync
+
+
+@pytest.mark.parametrize("size", [0, 1, MiB, 3 * MiB + 17])
+def test_put_with_a_digest_trailer_is_stored_bit_exact(client: WireClient, size: int) -> None:
+    data = os.urandom(size)
+    reply = client.put_with_trailer(f"t{size}", data, user_meta=b"m")
+    assert reply.errno == 0 and reply.found is False and reply.length == size
+    got, payload = client.get(f"t{size}")
+    assert got.found and payload == data and got.user_meta == b"m"
+    assert got.checksum == layout.object_checksum(data) and client_verifies(payload, got)
+
+
+@pytest.mark.parametrize("bad_chunk", [0, 1, 3])
+def test_a_payload_that_fails_its_trailer_is_eio_and_leaves_nothing(client: WireClient, store: Store,
+                                                                   bad_chunk: int) -> None:
+    data = os.urandom(3 * MiB + 17)   # four chunks: the first, a middle one and the last go bad
+    digests = layout.chunk_digests(data)
+    digests[bad_chunk] ^= 1
+    reply = client.put_with_trailer("bad", data, digests)
+    assert reply.errno == errno.EIO and f"chunk {bad_chunk}" in reply.message
+    assert client.get("bad")[0].found is False
+    assert store.dirs[0].reserved == 0 and os.listdir(os.path.join(store.dirs[0].path, "tmp")) == []
+    assert client.put_with_trailer("bad", data).errno == 0   # the stream stayed in sync
+    assert client.get("bad")[1] == data
+
+
+def test_a_trailer_that_does_not_fit_the_payload_is_einval(client: WireClient, store: Store) -> None:
+    data = os.urandom(MiB + 1)
+    header = DataHeader(key="short", length=len(data), digest_trailer=True)
+    reply, _ = client.exchange(Op.PUT, header, data + frames.encode_trailer(layout.chunk_digests(data)[:1]))
+    assert reply.errno == errno.EINVAL
+    assert client.get("short")[0].found is False
+    assert os.listdir(os.path.join(store.dirs[0].path, "tmp")) == []
+    assert client.call(Op.PING, DataHeader()).errno == 0
+
+
+def test_a_reput_with_a_trailer_drains_it(client: WireClient) -> None:
+    client.put("again", b"first")
+    reply = client.put_with_trailer("again", os.urandom(MiB + 3))
+    assert reply.errno == 0 and reply.found is True
+    assert client.get("again")[1] == b"first"
+    assert client.call(Op.PING, DataHeader()).errno == 0
+
+
+def test_write_block_with_a_digest_trailer(client: WireClient, store: Store) -> None:
+    data = os.urandom(2 * MiB + 5)
+    assert client.put_with_trailer("", data, op=Op.WRITE_BLOCK, block_id=0x7A).errno == 0
+    reply, payload = client.exchange(Op.READ_BLOCK, DataHeader(block_id=0x7A))
+    assert payload == data and client_verifies(payload, reply)
+    digests = layout.chunk_digests(data)
+    digests[-1] ^= 1
+    assert client.put_with_trailer("", data, digests, op=Op.WRITE_BLOCK, block_id=0x7B).errno == errno.EIO
+    assert client.exchange(Op.READ_BLOCK, DataHeader(block_id=0x7B))[0].errno == errno.ENOENT
+    assert os.listdir(os.path.join(store.dirs[0].path, "tmp")) == []
 
 
 def test_invalid_keys_are_refused_and_connection_survives(client: WireClient) -> None:
