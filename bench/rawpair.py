@@ -3,11 +3,17 @@ Python socket pair (ARCHITECTURE.md). A separate server process answers G(et) wi
 from a file in the page cache and P(ut) with `recv_into` a page-aligned mmap (+ a 1-byte ack);
 the client receives into page-aligned buffers.
 
-Loopback connections use Reno congestion control, as the worker's do (a host default of BBR paces
-every send, which costs loopback more than half its throughput: transport/blocking.py).
+Congestion control, two modes (`congestion=`), the same on both ends of a connection:
+    "reno" (default)  on a loopback connection both the server and the client socket use Reno, as
+                      the worker (accepted side) and the client library (connecting side) do
+                      (transport/blocking.py set_local_options: a host default of BBR paces every
+                      send, which costs loopback more than half its throughput);
+    "host"            neither end touches TCP_CONGESTION: what two plain processes get from the
+                      host's default (BBR on the bench machine).
+Connections that do not come from loopback keep the host's default in both modes.
 
-Run as a script (also inside a network namespace): `python bench/rawpair.py HOST WORKDIR` prints
-its port, then serves until it gets a Q(uit) request or is killed.
+Run as a script (also inside a network namespace): `python bench/rawpair.py HOST WORKDIR [reno|host]`
+prints its port, then serves until it gets a Q(uit) request or is killed.
 """
 from __future__ import annotations
 
@@ -23,6 +29,16 @@ import sys
 from collections.abc import Iterator, Sequence
 
 REQUEST = struct.Struct("<cQ")  # op (b"G" | b"P" | b"Q"), size
+CONGESTION_MODES = ("reno", "host")
+
+
+def set_congestion(sock: socket.socket, congestion: str) -> None:
+    """Reno on a loopback connection in "reno" mode (what set_local_options does in the product:
+    kept standalone so that the baseline needs nothing from curvine_py); "host" leaves it alone."""
+    if congestion not in CONGESTION_MODES:
+        raise ValueError(f"congestion mode {congestion!r}: one of {CONGESTION_MODES}")
+    if congestion == "reno" and ipaddress.ip_address(sock.getpeername()[0]).is_loopback:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"reno")
 
 
 def recv_exactly_into(sock: socket.socket, view: memoryview) -> None:
@@ -34,7 +50,7 @@ def recv_exactly_into(sock: socket.socket, view: memoryview) -> None:
         got += n
 
 
-def serve(host: str, workdir: str) -> None:
+def serve(host: str, workdir: str, congestion: str = "reno") -> None:
     listener = socket.create_server((host, 0))
     print(listener.getsockname()[1], flush=True)
     files: dict[int, int] = {}
@@ -42,10 +58,7 @@ def serve(host: str, workdir: str) -> None:
     while True:
         conn, _ = listener.accept()
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if ipaddress.ip_address(conn.getpeername()[0]).is_loopback:
-            # What a worker does for a loopback peer (transport/blocking.py set_local_options):
-            # the baseline must not pay for the host's default BBR pacing when the worker does not.
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"reno")
+        set_congestion(conn, congestion)
         head = memoryview(bytearray(REQUEST.size))
         try:
             while True:
@@ -74,12 +87,15 @@ def serve(host: str, workdir: str) -> None:
 
 
 @contextlib.contextmanager
-def raw_server(host: str, workdir: pathlib.Path, prefix: Sequence[str] = ()) -> Iterator[tuple[str, int, int]]:
+def raw_server(host: str, workdir: pathlib.Path, prefix: Sequence[str] = (), *,
+               congestion: str = "reno") -> Iterator[tuple[str, int, int]]:
     """The server process (in a namespace with `prefix`, e.g. `ip netns exec NS`): (host, port, pid).
     `ip netns exec` execs its command, so the pid is the server's."""
+    if congestion not in CONGESTION_MODES:
+        raise ValueError(f"congestion mode {congestion!r}: one of {CONGESTION_MODES}")
     workdir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([*prefix, sys.executable, __file__, host, str(workdir)], stdout=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen([*prefix, sys.executable, __file__, host, str(workdir), congestion],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert proc.stdout is not None
         yield host, int(proc.stdout.readline()), proc.pid
@@ -89,9 +105,12 @@ def raw_server(host: str, workdir: pathlib.Path, prefix: Sequence[str] = ()) -> 
 
 
 class RawClient:
-    def __init__(self, host: str, port: int) -> None:
+    """The raw pair's client; `congestion` as for the server (use the same mode on both ends)."""
+
+    def __init__(self, host: str, port: int, *, congestion: str = "reno") -> None:
         self._sock = socket.create_connection((host, port))
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        set_congestion(self._sock, congestion)
 
     def get(self, out: memoryview) -> None:
         self._sock.sendall(REQUEST.pack(b"G", len(out)))
@@ -126,4 +145,4 @@ def process_cpu(pid: int) -> float:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2])
+    serve(sys.argv[1], sys.argv[2], *sys.argv[3:4])

@@ -54,6 +54,8 @@ class WorkerConnection:
         except OSError as exc:
             raise Unavailable(f"cannot connect to worker {host}:{port}: {exc.strerror or exc}") from None
         blocking.set_fast_options(self._sock)
+        # A worker on this host: Reno, as the worker sets on its side (no BBR pacing of puts).
+        blocking.set_local_options(self._sock)
         hello = self.request(frames.Op.HELLO, DataHeader(token=token))
         self.worker_id = hello.header.worker_id
         self.epoch = hello.header.epoch

@@ -1,5 +1,6 @@
 """Connections from this host's loopback get Reno instead of the default congestion control
-(transport/blocking.py set_local_options); every other peer keeps the host's default."""
+(transport/blocking.py set_local_options), on the worker's accepted side and on the client's
+connecting side; every other peer keeps the host's default."""
 from __future__ import annotations
 
 import contextlib
@@ -10,6 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from curvine_py.client.dataconn import WorkerConnection
+from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 from curvine_py.transport import blocking
 from curvine_py.worker.server import Listener, bind_tcp
 
@@ -93,3 +96,55 @@ def test_listener_applies_it_to_loopback_connections() -> None:
     finally:
         listener.stop()
     assert seen == [blocking.LOCAL_CONGESTION_CONTROL]
+
+
+@contextlib.contextmanager
+def hello_server(host: str) -> Iterator[tuple[str, int]]:
+    """A listener on `host` that answers one connection's HELLO (what WorkerConnection sends first)
+    and leaves its own congestion control alone."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.bind((host, 0))
+    listener.listen(1)
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            prefix, _header = blocking.read_head(conn, max_payload=1 << 20, expect_response=False)
+            blocking.send_frame(conn, prefix.op, prefix.request_id, DataHeader(worker_id="w-cc"), response=True)
+            conn.recv(1)   # until the client closes
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        yield host, listener.getsockname()[1]
+    finally:
+        listener.close()
+        thread.join(5)
+
+
+def connect(host: str, port: int) -> WorkerConnection:
+    return WorkerConnection(host, port, token="", timeout_s=5, max_payload=1 << 20)
+
+
+def test_client_connection_to_a_loopback_worker_gets_reno() -> None:
+    with hello_server("127.0.0.1") as (host, port):
+        conn = connect(host, port)
+        try:
+            assert conn.worker_id == "w-cc"
+            assert congestion_control(conn._sock) == blocking.LOCAL_CONGESTION_CONTROL
+        finally:
+            conn.close()
+
+
+def test_client_connection_to_a_remote_worker_keeps_the_default() -> None:
+    address = local_non_loopback_address()
+    if address is None:
+        pytest.skip("this host has no non-loopback IPv4 address")
+    with hello_server(address) as (host, port):
+        conn = connect(host, port)
+        try:
+            assert conn.worker_id == "w-cc"
+            assert congestion_control(conn._sock) == host_default()
+        finally:
+            conn.close()
