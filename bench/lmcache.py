@@ -89,6 +89,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
     from lmcache.v1.storage_backend.remote_backend import RemoteBackend
 
+    from curvine_py.transport.blocking import set_local_options
+
     geometry, count, repeats = spec["geometry"], int(spec["count"]), int(spec["repeats"])
     size = chunk_bytes(geometry)
     hidden = geometry["kv_heads"] * geometry["head_dim"]
@@ -189,6 +191,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     request = struct.Struct("<cQ")
     raw_sock = socket.create_connection((spec["raw"][0], int(spec["raw"][1])))
     raw_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # Reno on loopback, as our client and the raw server do (transport.blocking.set_local_options):
+    # the raw put's sender is this socket, and the native plugin's put sender uses Reno too.
+    set_local_options(raw_sock)
     raw_in = memoryview(mmap.mmap(-1, size))
     raw_out = memoryview(mmap.mmap(-1, size))
     raw_out[:] = os.urandom(size)
