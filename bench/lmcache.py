@@ -32,8 +32,8 @@ one socket, redis-py's pool) and warms the servers; the order rotates every repe
 with LMCache's defaults and the curvine plugin with its own shipped default (num_workers 4: up to 4
 chunks in flight on pooled connections, where the stock lm connector is serial by design).
 Congestion control: every process keeps the host's default (BBR on the bench machine) except that
-the curvine worker and the raw pair's server switch connections from a loopback peer to Reno
-(transport/blocking.py set_local_options: BBR's pacing costs loopback more than half its
+the curvine worker, the curvine client and both ends of the raw pair switch loopback connections to
+Reno (transport/blocking.py set_local_options: BBR's pacing costs loopback more than half its
 throughput). The stock lm server and Redis run as shipped (a probe of the stock server patched to
 do the same is in docs/lmcache.md); across the veth link nobody switches.
 
@@ -571,8 +571,8 @@ def render(payload: dict[str, Any]) -> str:
          f"{r['native_vs_redis_put']:.2f}x Redis, {r['native_vs_stock_lm_put']:.2f}x stock lm (medians of "
          "per-repeat ratios). On one host the plugin's default is the short-circuit row (its node name, the "
          "hostname, equals the worker's): get = "
-         f"{r['native_local_vs_stock_lm_get']:.2f}x the stock lm server. On loopback the worker and the raw "
-         "pair's server use Reno instead of the host's default BBR for their connections (BBR paces every send, "
+         f"{r['native_local_vs_stock_lm_get']:.2f}x the stock lm server. On loopback the curvine worker and client and both "
+         "ends of the raw pair use Reno instead of the host's default BBR (BBR paces every send, "
          "which costs loopback `sendfile` more than half its throughput); the stock server and Redis run as "
          "shipped (see docs/lmcache.md)."),
     ]
