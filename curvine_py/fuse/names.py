@@ -32,6 +32,7 @@ HOT_LOOKUPS = 16        # master lookups in one directory within the ttl that ma
 PAGE = 512              # names fetched per prefetch (the master's page)
 MAX_THRESHOLD = 4096
 CAPACITY = 65_536       # names held in all; beyond it everything is dropped (cheap, rare)
+MAX_DIRECTORIES = 16_384   # directories tracked (lookup counters included); beyond it, the same
 
 
 @dataclass(slots=True)
@@ -83,6 +84,8 @@ class NameCache:
             return False
         directory = self._dirs.get(parent)
         if directory is None:
+            if len(self._dirs) >= MAX_DIRECTORIES:     # a tree walk: forget the counters too
+                self.clear()
             directory = self._dirs[parent] = _Directory(threshold=self.hot)
         now = self._clock()
         if now - directory.window_start > self.ttl:

@@ -2,6 +2,9 @@
 invalidation drops, and the backoff for directories where prefetching does not pay."""
 from __future__ import annotations
 
+import pytest
+
+from curvine_py.fuse import names
 from curvine_py.fuse.names import NameCache
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
@@ -101,3 +104,13 @@ def test_capacity_bounds_memory() -> None:
     assert len(cache) == 100
     cache.fill(DIR + 1, page(range(100)), cache.generation)
     assert len(cache) == 0
+
+
+def test_directories_tracked_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(names, "MAX_DIRECTORIES", 100)
+    cache = NameCache(1.0, hot=2, clock=Clock())
+    cache.fill(DIR, page(range(10)), cache.generation)
+    for parent in range(1000, 1200):    # a walk over many directories, one lookup each
+        cache.should_fetch(parent)
+    assert len(cache._dirs) <= 100
+    assert cache.get(DIR, "f1") is None, "dropped together with the counters"
