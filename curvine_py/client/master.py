@@ -76,9 +76,9 @@ class MasterClient:
                                                     keep_orphan=keep_orphan))
 
     def rename(self, parent: int, name: str, new_parent: int, new_name: str,
-               flags: int = 0) -> pb.RenameReply:
+               flags: int = 0, *, keep_orphan: bool = False) -> pb.RenameReply:
         return self.call("Rename", pb.RenameRequest(parent=parent, name=name, new_parent=new_parent,
-                                                    new_name=new_name, flags=flags))
+                                                    new_name=new_name, flags=flags, keep_orphan=keep_orphan))
 
     def readdir(self, ino: int, after_name: str = "", limit: int = 1000) -> pb.ReadDirReply:
         return self.call("ReadDir", pb.ReadDirRequest(ino=ino, after_name=after_name, limit=limit))

@@ -295,18 +295,18 @@ class Filesystem:
         self._writable()
         if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE):
             raise InvalidArgument(f"unsupported rename flags {flags:#x}")
+        # A replaced file may be open here: keep it as an orphan, as unlink does.
+        keep = bool(self.handles.open_files)
         try:
-            reply = await self._call(self.master.rename, parent, name, new_parent, new_name, flags)
+            reply = await self._call(self.master_rename, parent, name, new_parent, new_name, flags, keep)
         finally:
             # The moved inode's ctime, both parents, a replaced inode: rare enough to drop all.
             self.attrs.clear()
-        if reply.replaced_ino and reply.replaced_nlink == 0:
-            opened = self.handles.open_files.get(reply.replaced_ino)
-            if opened is not None:
-                # The master freed the replaced file although it is open here (RenameRequest has
-                # no keep_orphan): its descriptors now fail with ESTALE/EIO.
-                log.warning("rename replaced inode %d which is open on this mount", reply.replaced_ino)
-                opened.unlinked = True
+        await self._unlinked(reply.replaced_ino, reply.replaced_nlink, kept=keep)
+
+    def master_rename(self, parent: int, name: str, new_parent: int, new_name: str, flags: int,
+                      keep: bool) -> pb.RenameReply:
+        return self.master.rename(parent, name, new_parent, new_name, flags, keep_orphan=keep)
 
     # -- attributes --------------------------------------------------------------------------
     async def setattr(self, ino: int, changes: AttrChanges, caller_uid: int) -> cpb.Attr:

@@ -699,8 +699,9 @@ class Namespace:
                 self._free_inode(ino)
 
     def rename(self, parent: int, name: str, new_parent: int, new_name: str,
-               flags: int = 0) -> RenameResult:
-        """rename(2)/renameat2(2) as one transaction."""
+               flags: int = 0, keep_orphan: bool = False) -> RenameResult:
+        """rename(2)/renameat2(2) as one transaction. A replaced file left without names is freed,
+        or kept as an orphan (`keep_orphan`: still open) until `release_orphan`, as in `unlink`."""
         if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) or flags == RENAME_NOREPLACE | RENAME_EXCHANGE:
             raise InvalidArgument(f"bad rename flags {flags:#x}")
         validate_name(name)
@@ -747,7 +748,7 @@ class Namespace:
                     row = self._db.execute("UPDATE inodes SET nlink = nlink - 1, ctime_ns=? WHERE ino=? "
                                            "RETURNING nlink", (now, dst)).fetchone()
                     nlink = max(0, int(row[0]))
-                    self._unlinked_from(dst, nlink, keep_orphan=False)
+                    self._unlinked_from(dst, nlink, keep_orphan)
                     result = RenameResult(dst, nlink)
             self._db.execute("DELETE FROM dentries WHERE parent=? AND name=?", (parent, name))
             self._db.execute("INSERT INTO dentries (parent, name, ino) VALUES (?, ?, ?)",

@@ -131,7 +131,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
     @grpc_method
     def Rename(self, request: mpb.RenameRequest, context: Ctx) -> mpb.RenameReply:
         result = self._store.call(self._ns.rename, request.parent, request.name, request.new_parent,
-                                        request.new_name, request.flags)
+                                  request.new_name, request.flags, request.keep_orphan)
         return mpb.RenameReply(replaced_ino=result.replaced_ino, replaced_nlink=result.replaced_nlink)
 
     @grpc_method

@@ -166,6 +166,26 @@ def test_unlinked_open_file_lives_until_last_close(d: pathlib.Path, shared_clust
     wait_until(lambda: _gone(client, ino), 10, f"inode {ino} freed after the last close")
 
 
+def test_file_replaced_by_rename_while_open_lives_until_last_close(d: pathlib.Path,
+                                                                   shared_cluster: Cluster) -> None:
+    """LMCache's pattern (write x.tmp, os.replace over x) while a reader of this mount has x open:
+    the reader keeps reading the old content, and the old file is freed at its last close."""
+    path = d / "x"
+    path.write_bytes(b"old content" * 1000)
+    fd = os.open(path, os.O_RDONLY)
+    ino = os.fstat(fd).st_ino
+    try:
+        (d / "x.tmp").write_bytes(b"new")
+        os.replace(d / "x.tmp", path)
+        assert path.read_bytes() == b"new"
+        assert os.pread(fd, 11, 5500) == b"old content"[5500 % 11:] + b"old content"[:5500 % 11]
+        assert os.fstat(fd).st_nlink == 0
+    finally:
+        os.close(fd)
+    client = shared_cluster.client()
+    wait_until(lambda: _gone(client, ino), 10, f"inode {ino} freed after the last close")
+
+
 def _gone(client: object, ino: int) -> bool:
     from curvine_py.core.errors import NotFound
     try:

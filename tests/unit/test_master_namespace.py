@@ -365,6 +365,23 @@ def test_orphan_survives_until_released(ns: Namespace) -> None:
     ns.release_orphan(12345)
 
 
+def test_rename_over_an_open_file_can_keep_it_as_an_orphan(ns: Namespace) -> None:
+    old = mkfile(ns, "x")
+    new = mkfile(ns, "x.tmp")
+    result = ns.rename(ROOT_INO, "x.tmp", ROOT_INO, "x", keep_orphan=True)
+    assert (result.replaced_ino, result.replaced_nlink) == (old.ino, 0)
+    assert ns.lookup(ROOT_INO, "x").ino == new.ino
+    assert ns.getattr(old.ino).nlink == 0          # still readable through its open handle
+    assert ns.check() == []
+    ns.release_orphan(old.ino)
+    with pytest.raises(NotFound):
+        ns.getattr(old.ino)
+    other = mkfile(ns, "y")
+    ns.rename(ROOT_INO, "x", ROOT_INO, "y")         # without keep_orphan: freed at once
+    with pytest.raises(NotFound):
+        ns.getattr(other.ino)
+
+
 def test_release_orphan_ignores_linked_files(ns: Namespace) -> None:
     f = mkfile(ns, "f")
     ns.release_orphan(f.ino)

@@ -124,18 +124,20 @@ class UnlinkReply(_message.Message):
     def __init__(self, ino: _Optional[int] = ..., nlink: _Optional[int] = ...) -> None: ...
 
 class RenameRequest(_message.Message):
-    __slots__ = ("parent", "name", "new_parent", "new_name", "flags")
+    __slots__ = ("parent", "name", "new_parent", "new_name", "flags", "keep_orphan")
     PARENT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     NEW_PARENT_FIELD_NUMBER: _ClassVar[int]
     NEW_NAME_FIELD_NUMBER: _ClassVar[int]
     FLAGS_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ORPHAN_FIELD_NUMBER: _ClassVar[int]
     parent: int
     name: str
     new_parent: int
     new_name: str
     flags: int
-    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ..., new_parent: _Optional[int] = ..., new_name: _Optional[str] = ..., flags: _Optional[int] = ...) -> None: ...
+    keep_orphan: bool
+    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ..., new_parent: _Optional[int] = ..., new_name: _Optional[str] = ..., flags: _Optional[int] = ..., keep_orphan: _Optional[bool] = ...) -> None: ...
 
 class RenameReply(_message.Message):
     __slots__ = ("replaced_ino", "replaced_nlink")
