@@ -223,7 +223,9 @@ class Namespace:
             self._db = sqlite3.connect(f"{pathlib.Path(path).absolute().as_uri()}?mode=ro", uri=True,
                                        isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA query_only=ON")
-            self._db.execute("PRAGMA cache_size=-65536")
+            # One reader per handler thread (up to 32): a smaller page cache each, so their sum
+            # stays bounded; the OS page cache holds the file for all of them anyway.
+            self._db.execute("PRAGMA cache_size=-8192")   # 8 MiB
             return
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
