@@ -33,6 +33,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 IP = shutil.which("ip") or "/usr/sbin/ip"
 SUBNET_BASE = "10.77"
 
@@ -56,6 +58,13 @@ def netns_supported() -> tuple[bool, str]:
     if reason and os.environ.get("CURVINE_REQUIRE_NETNS"):
         raise RuntimeError(f"CURVINE_REQUIRE_NETNS is set but {reason}")
     return not reason, reason
+
+
+def requires_netns() -> pytest.MarkDecorator:
+    """Marks tests that create network namespaces: skipped where they cannot run, an error in CI
+    (CURVINE_REQUIRE_NETNS, see netns_supported)."""
+    usable, reason = netns_supported()
+    return pytest.mark.skipif(not usable, reason=reason)
 
 
 @dataclass(frozen=True)

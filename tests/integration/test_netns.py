@@ -9,10 +9,9 @@ import threading
 
 import pytest
 
-from tests.netns import IP, leftovers, netns_supported, network_namespaces
+from tests.netns import IP, leftovers, network_namespaces, requires_netns
 
-_ok, _reason = netns_supported()
-pytestmark = pytest.mark.skipif(not _ok, reason=_reason)
+pytestmark = requires_netns()
 
 CONNECT = """
 import socket, sys

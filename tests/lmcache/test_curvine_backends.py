@@ -30,10 +30,10 @@ from tests.lmcache.curvine_lab import (
     write,
 )
 from tests.lmcache.harness import require_lmcache
-from tests.netns import netns_supported
+from tests.netns import requires_netns
 
 require_lmcache()
-pytestmark = pytest.mark.skipif(not netns_supported()[0], reason=netns_supported()[1])
+pytestmark = requires_netns()
 
 SEED = 21
 

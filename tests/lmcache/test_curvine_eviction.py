@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import pathlib
 
-import pytest
-
 from tests.harness import wait_until
 from tests.lmcache.curvine_lab import (
     MODEL,
@@ -24,10 +22,10 @@ from tests.lmcache.curvine_lab import (
 )
 from tests.lmcache.engine_proc import RESEED_STEP
 from tests.lmcache.harness import EngineJob, require_lmcache, run_engine
-from tests.netns import netns_supported
+from tests.netns import requires_netns
 
 require_lmcache()
-pytestmark = pytest.mark.skipif(not netns_supported()[0], reason=netns_supported()[1])
+pytestmark = requires_netns()
 
 SEED_A = 61
 SEED_B = SEED_A + RESEED_STEP     # the reader's "reseed" op moves from A to B

@@ -35,10 +35,10 @@ from tests.lmcache.curvine_lab import (
     write,
 )
 from tests.lmcache.harness import EngineJob, EngineProcess, engine_config, require_lmcache
-from tests.netns import netns_supported
+from tests.netns import requires_netns
 
 require_lmcache()
-pytestmark = pytest.mark.skipif(not netns_supported()[0], reason=netns_supported()[1])
+pytestmark = requires_netns()
 
 DIR = "/lmcache"
 

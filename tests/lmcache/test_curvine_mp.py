@@ -28,10 +28,10 @@ from tests.lmcache.harness import (
     run_l2_bench,
     run_server_bench,
 )
-from tests.netns import netns_supported
+from tests.netns import requires_netns
 
 require_lmcache()
-pytestmark = pytest.mark.skipif(not netns_supported()[0], reason=netns_supported()[1])
+pytestmark = requires_netns()
 
 CHUNKS_PER_REQUEST = 4       # run_server_bench: 1,024 tokens in chunks of 256
 _CHECKSUM = re.compile(r"\[seq (\d+)/(cold|warm)\] CHECKSUM: ([0-9a-f]+) \((\d+) chunks\)")

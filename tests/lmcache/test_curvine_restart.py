@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import pathlib
 
-import pytest
-
 from tests.lmcache.curvine_lab import (
     CHUNK,
     MODEL,
@@ -30,10 +28,10 @@ from tests.lmcache.curvine_lab import (
     plugin_config,
 )
 from tests.lmcache.harness import EngineJob, EngineProcess, require_lmcache
-from tests.netns import netns_supported
+from tests.netns import requires_netns
 
 require_lmcache()
-pytestmark = pytest.mark.skipif(not netns_supported()[0], reason=netns_supported()[1])
+pytestmark = requires_netns()
 
 TOKENS = 4096
 

@@ -20,7 +20,7 @@ from tests.lmcache.harness import (
     run_engine,
     store_and_retrieve,
 )
-from tests.netns import netns_supported, network_namespaces
+from tests.netns import network_namespaces, requires_netns
 
 require_lmcache()
 
@@ -90,7 +90,7 @@ def test_redis_round_trip() -> None:
         assert redis.dbsize() == 2 * CHUNKS
 
 
-@pytest.mark.skipif(not netns_supported()[0], reason=netns_supported()[1])
+@requires_netns()
 def test_engines_in_network_namespaces() -> None:
     """Writer and reader each in their own namespace, the server on the root-side address: the
     same wiring the cross-node tests of our own backends use."""
