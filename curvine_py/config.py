@@ -33,6 +33,7 @@ class MasterConfig:
     block_size: int = 64 * MiB
     heartbeat_interval_ms: int = 1000
     lease_ms: int = 5000            # a worker silent this long leaves the membership view
+    dir_lease_ms: int = 2000        # directory leases for mounts (master/leases.py); 0 = none
     default_replicas_durable: int = 2
     root_policy_class: str = "durable"
 

@@ -25,7 +25,8 @@ def main(argv: list[str]) -> int:
         live = sum(1 for w in report.workers if w.live)
         print(f"cluster {report.cluster_id}  epoch {report.epoch}  workers {live} live / {len(report.workers)}")
         print(f"capacity {report.capacity}  used {report.used}  available {report.available}")
-        print(f"files {report.files}  directories {report.directories}  blocks {report.blocks}")
+        print(f"files {report.files}  directories {report.directories}  blocks {report.blocks}  "
+              f"directory leases {report.dir_leases}")
         now = time.time() * 1000
         for w in report.workers:
             age = (now - w.last_heartbeat_ms) / 1000 if w.last_heartbeat_ms else float("nan")

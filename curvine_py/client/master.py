@@ -7,6 +7,7 @@ with `Unavailable`/`Timeout`, and works again once the master is back (no client
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 import grpc
@@ -38,7 +39,8 @@ class MasterClient:
             ("grpc.max_reconnect_backoff_ms", 1000),
         ])
         self._stub = MasterStub(self._channel)
-        self._metadata = call_metadata(token)
+        self.session = uuid.uuid4().hex    # names this client to the master (directory leases)
+        self._metadata = call_metadata(token, self.session)
         self.timeout_s = timeout_s
 
     def close(self) -> None:
@@ -113,6 +115,16 @@ class MasterClient:
 
     def release_orphan(self, ino: int) -> None:
         self.call("ReleaseOrphan", pb.InodeRequest(ino=ino))
+
+    # -- directory leases (master/leases.py) ----------------------------------------------------
+    def acquire_dir_lease(self, ino: int) -> pb.DirLeaseReply:
+        return self.call("AcquireDirLease", pb.InodeRequest(ino=ino))
+
+    def renew_dir_leases(self, dirs: list[int]) -> pb.DirLeasesReply:
+        return self.call("RenewDirLeases", pb.DirLeasesRequest(dirs=dirs))
+
+    def release_dir_leases(self, dirs: list[int]) -> None:
+        self.call("ReleaseDirLeases", pb.DirLeasesRequest(dirs=dirs))
 
     # -- file data ---------------------------------------------------------------------------
     def get_blocks(self, ino: int) -> pb.BlocksReply:

@@ -25,9 +25,11 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+import trio
 
 from curvine_py.client import CurvineClient
 from curvine_py.client.buffers import aligned
@@ -41,6 +43,7 @@ from curvine_py.core.errors import (
     NotPermitted,
 )
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader, stored_range
+from curvine_py.fuse.leases import DirLeaseTable
 from curvine_py.fuse.names import NameCache
 from curvine_py.fuse.offload import Offload
 from curvine_py.fuse.readbuf import POOLED, ReplyBuffers
@@ -67,6 +70,7 @@ CAPABILITY = "security.capability"
 # Bytes fetched ahead of a sequential reader, in the background: the kernel's own read-ahead
 # (4 MiB) keeps a few 1 MiB requests in flight; these find their chunk already fetched.
 READ_AHEAD = int(os.environ.get("CURVINE_FUSE_READ_AHEAD", "0"))
+DEFAULT_LEASE_TERM_S = 2.0   # until the master tells its own (renewals run every quarter term)
 
 _KIND_BY_IFMT = {
     stat.S_IFREG: cpb.REGULAR, stat.S_IFDIR: cpb.DIRECTORY, stat.S_IFLNK: cpb.SYMLINK,
@@ -117,7 +121,7 @@ def kind_of(mode: int) -> cpb.FileType:
 class Filesystem:
     def __init__(self, client: CurvineClient, offload: Offload, *, root: int, node: str,
                  read_only: bool = False, attr_ttl: float = 0.0, names_ttl: float = 0.0,
-                 reader: TrioBlockReader | None = None) -> None:
+                 reader: TrioBlockReader | None = None, dir_leases: bool = True) -> None:
         self.client = client
         self.master = client.master
         self.offload = offload
@@ -127,6 +131,8 @@ class Filesystem:
         self.handles = Handles()
         self.buffers = ReplyBuffers()
         self.attrs = AttrCache(attr_ttl, names=NameCache(names_ttl))
+        self.leases = DirLeaseTable(enabled=dir_leases)
+        self._lease_term_s = DEFAULT_LEASE_TERM_S
         self.reader = reader
         # security.capability is asked for before every write (the kernel's killpriv check):
         # its answers are cached like attributes. ino -> (expiry, value or None).
@@ -202,17 +208,76 @@ class Filesystem:
         if name == ".." and parent == self.root:
             return self._note(await self.master_getattr(parent)), 0.0
         names = self.attrs.names
-        if name not in (".", ".."):
-            held = names.get(parent, name)
-            if held is not None:
-                return held
-            if names.should_fetch(parent):
-                generation = names.generation
-                attr, page = await self._call(self._lookup_and_page, parent, name)
-                names.fill(parent, page, generation)
-                return self._note(attr), 0.0
-        attr: cpb.Attr = await self._call(self.master.lookup, parent, name)
-        return self._note(attr), 0.0
+        try:
+            if name not in (".", ".."):
+                if self.leases.absent(parent, name):
+                    raise NotFound(f"{name}: no such name (directory lease)")
+                held = names.get(parent, name)
+                if held is not None:
+                    return held
+                if names.should_fetch(parent):
+                    generation = names.generation
+                    attr, page = await self._call(self._lookup_and_page, parent, name)
+                    names.fill(parent, page, generation)
+                    return self._note(attr), 0.0
+            attr: cpb.Attr = await self._call(self.master.lookup, parent, name)
+            return self._note(attr), 0.0
+        except NotFound:
+            if self.leases.note_miss(parent):
+                await self._acquire_lease(parent)
+            raise
+
+    # -- directory leases (fuse/leases.py) -----------------------------------------------------
+    async def _acquire_lease(self, directory: int) -> None:
+        sent_at = self.leases.clock()
+        try:
+            reply: pb.DirLeaseReply = await self._call(self.master.acquire_dir_lease, directory)
+        except CurvineError as exc:
+            log.debug("directory lease on %d: %s", directory, exc)
+            self.leases.refused(directory)
+            return
+        if not reply.granted:
+            self.leases.refused(directory)
+            return
+        self._lease_term_s = reply.term_ms / 1000
+        if not self.leases.granted(directory, reply.names, self._lease_term_s, sent_at):
+            await self._release_leases([directory])
+
+    async def _release_leases(self, directories: list[int]) -> None:
+        try:
+            await self._call(self.master.release_dir_leases, directories)
+        except CurvineError as exc:    # they run out at the end of their term anyway
+            log.debug("release of directory leases %s: %s", directories, exc)
+
+    async def _adding_name(self, directory: int, name: str, call: Awaitable[T]) -> T:
+        """A control call that adds `name` to `directory`: the lease learns of it, or is dropped
+        when the outcome is not known for sure."""
+        try:
+            result = await call
+        except BaseException:
+            self.leases.lost(directory)
+            raise
+        self.leases.added(directory, name)
+        return result
+
+    async def keep_leases(self) -> None:
+        """Renews this mount's directory leases every quarter term; gives back the lost ones."""
+        while True:
+            await trio.sleep(self._lease_term_s / 4)
+            directories = self.leases.held_directories()
+            if not directories:
+                continue
+            sent_at = self.leases.clock()
+            try:
+                reply: pb.DirLeasesReply = await self._call(self.master.renew_dir_leases, directories)
+            except CurvineError as exc:    # unused leases run out by themselves
+                log.debug("renewal of directory leases: %s", exc)
+                continue
+            if reply.term_ms:
+                self._lease_term_s = reply.term_ms / 1000
+            gone = self.leases.renewed(directories, reply.kept, self._lease_term_s, sent_at)
+            if gone:
+                await self._release_leases(gone)
 
     def _lookup_and_page(self, parent: int, name: str) -> tuple[cpb.Attr, Sequence[pb.DirEntry]]:
         """In one thread hop: the lookup, then the names after it (best effort: a failed page
@@ -246,7 +311,7 @@ class Filesystem:
         request = pb.CreateRequest(parent=parent, name=name, type=kind, mode=mode & 0o7777,
                                    caller=pb.Caller(uid=uid, gid=gid), rdev=rdev, symlink_target=target,
                                    exclusive=True)
-        attr: cpb.Attr = await self._call(self.master.create, request)
+        attr: cpb.Attr = await self._adding_name(parent, name, self._call(self.master.create, request))
         if kind == cpb.DIRECTORY:
             self.attrs.drop(parent)     # its nlink grew
         else:
@@ -255,7 +320,8 @@ class Filesystem:
 
     async def link(self, ino: int, new_parent: int, new_name: str) -> cpb.Attr:
         self._writable()
-        attr: cpb.Attr = await self._icall(self.master.link, ino, new_parent, new_name)
+        attr: cpb.Attr = await self._adding_name(new_parent, new_name,
+                                                 self._icall(self.master.link, ino, new_parent, new_name))
         self._touch(new_parent)
         return self._note(attr)
 
@@ -298,7 +364,8 @@ class Filesystem:
         # A replaced file may be open here: keep it as an orphan, as unlink does.
         keep = bool(self.handles.open_files)
         try:
-            reply = await self._call(self.master_rename, parent, name, new_parent, new_name, flags, keep)
+            reply = await self._adding_name(new_parent, new_name, self._call(
+                self.master_rename, parent, name, new_parent, new_name, flags, keep))
         finally:
             # The moved inode's ctime, both parents, a replaced inode: rare enough to drop all.
             self.attrs.clear()
@@ -355,7 +422,7 @@ class Filesystem:
         request = pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=mode & 0o7777,
                                    caller=pb.Caller(uid=uid, gid=gid), exclusive=bool(flags & os.O_EXCL),
                                    truncate=bool(flags & os.O_TRUNC))
-        attr: cpb.Attr = await self._call(self.master.create, request)
+        attr: cpb.Attr = await self._adding_name(parent, name, self._call(self.master.create, request))
         self._touch(parent)
         self._note(attr)
         # A file of size 0 has no blocks: skip GetBlocks (one round trip less per create).

@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from curvine_py import config
 from curvine_py.core.errors import CurvineError
+from curvine_py.master.leases import DirLeases
 from curvine_py.master.membership import Membership
 from curvine_py.master.namespace import MIN_BLOCK_SIZE, Namespace
 from curvine_py.master.service import MasterService, build_server
@@ -69,6 +70,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="allow a non-loopback --host without --token")
     p.add_argument("--lease-ms", type=int, help="a worker silent this long leaves the view (default 5000)")
     p.add_argument("--heartbeat-ms", type=int, help="heartbeat interval told to workers (default 1000)")
+    p.add_argument("--dir-lease-ms", type=int,
+                   help="term of the directory leases mounts may take (0 = none; default 2000)")
     p.add_argument("--block-size", help="default file block size, e.g. 64MiB")
     p.add_argument("--config", help="TOML file; its [master] table sets defaults")
     p.add_argument("--log-level", default=os.environ.get("CURVINE_LOG_LEVEL", "INFO"))
@@ -79,6 +82,7 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
     flags: dict[str, Any] = {
         "data_dir": args.data_dir, "host": args.host, "port": args.port, "token": args.token,
         "insecure": args.insecure, "lease_ms": args.lease_ms, "heartbeat_interval_ms": args.heartbeat_ms,
+        "dir_lease_ms": args.dir_lease_ms,
         "block_size": config.parse_size(args.block_size) if args.block_size else None,
     }
     cfg = config.load(config.MasterConfig, section="master", toml_path=args.config, flags=flags)
@@ -86,6 +90,8 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
         raise CurvineError(f"block size must be a positive multiple of {MIN_BLOCK_SIZE}")
     if cfg.lease_ms <= 0 or cfg.heartbeat_interval_ms <= 0:
         raise CurvineError("lease and heartbeat interval must be positive")
+    if cfg.dir_lease_ms < 0:
+        raise CurvineError("the directory lease term cannot be negative")
     if not 0 <= cfg.port < 65536:
         raise CurvineError(f"bad port {cfg.port}")
     StorageClass.parse(cfg.root_policy_class)
@@ -135,7 +141,9 @@ def serve(cfg: config.MasterConfig) -> int:
         store = StoreThread(ns)
         store.start()
         stack.callback(store.stop)
-        service = MasterService(ns, membership, store)
+        # A predecessor that granted directory leases: its holders may use them for one more term.
+        leases = DirLeases(cfg.dir_lease_ms / 1000, grace_s=ns.lease_marker() / 1000)
+        service = MasterService(ns, membership, store, leases)
         stack.callback(service.close)
         # Handlers first: a SIGTERM right after the ready line must still be a clean stop.
         stop = threading.Event()

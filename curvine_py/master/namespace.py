@@ -531,6 +531,21 @@ class Namespace:
         entries = [DirEntry(row[0], _attr(row[1:])) for row in rows[:limit]]
         return entries, len(rows) > limit
 
+    def names(self, ino: int, limit: int) -> list[str] | None:
+        """Every name in directory `ino`, or None when it holds more than `limit` (a lease's listing)."""
+        self._dir(ino)
+        rows = self._db.execute("SELECT name FROM dentries WHERE parent=? LIMIT ?", (ino, limit + 1)).fetchall()
+        return None if len(rows) > limit else [row[0] for row in rows]
+
+    def lease_marker(self) -> int:
+        """The term (ms) of directory leases granted by a master on this store since the marker was
+        last cleared; 0 when none were."""
+        row = self._db.execute("SELECT value FROM meta WHERE key='dir_lease_term_ms'").fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def set_lease_marker(self, term_ms: int) -> None:
+        self._set_meta("dir_lease_term_ms", term_ms)
+
     def readlink(self, ino: int) -> str:
         row = self._db.execute("SELECT type, target FROM inodes WHERE ino=?", (ino,)).fetchone() \
             if 0 < ino <= MAX_ID else None

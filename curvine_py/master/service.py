@@ -22,13 +22,14 @@ from typing import Any, TypeAlias, TypeVar
 import grpc
 
 from curvine_py.master import convert
+from curvine_py.master.leases import DirLeases, LeaseBusy
 from curvine_py.master.membership import Membership
 from curvine_py.master.namespace import Namespace
 from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import AddedBlock, StatFs
 from curvine_py.proto.curvine.v1 import master_pb2 as mpb
 from curvine_py.proto.curvine.v1 import master_pb2_grpc
-from curvine_py.rpc.auth import TokenInterceptor
+from curvine_py.rpc.auth import TokenInterceptor, session_of
 from curvine_py.rpc.errors import grpc_method
 
 log = logging.getLogger(__name__)
@@ -41,15 +42,19 @@ OPEN_BLOCK_SWEEP_S = 600.0
 # Concurrent RPCs being handled; more wait in gRPC's queue. Reads run in these threads, writes
 # wait in them for their group commit, so this bounds a commit batch too.
 HANDLER_THREADS = 32
+MAX_LEASE_NAMES = 16_384    # bigger directories are not leased (the grant lists every name)
 
 Ctx: TypeAlias = grpc.ServicerContext
 
 
 class MasterService(master_pb2_grpc.MasterServicer):
-    def __init__(self, ns: Namespace, membership: Membership, store: StoreThread) -> None:
+    def __init__(self, ns: Namespace, membership: Membership, store: StoreThread,
+                 leases: DirLeases | None = None) -> None:
         self._ns = ns
         self._mem = membership
         self._store = store
+        self._leases = leases or DirLeases(0.0)
+        self._leases_marked = False     # store thread only: the durable "leases were granted" marker
         # Pure reads run in the handler thread on that thread's own read-only connection, on
         # committed state: no queueing behind writes and fsyncs, no hop to the store thread.
         self._local = threading.local()
@@ -71,6 +76,27 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 self._readers.append(reader)
         with reader.snapshot():
             return method(reader, *args)
+
+    def _adding_names(self, context: Ctx, directories: tuple[int, ...], fn: Callable[[], T]) -> T:
+        """fn() (a store call that adds a name to each of `directories`) once no other session
+        holds a lease on them: recalls and waits first, then re-checks on the store thread."""
+        if not self._leases.enabled:
+            return self._store.call(fn)
+        session = session_of(context)
+        deadline = time.monotonic() + 2 * self._leases.term_s + 1.0
+
+        def checked() -> T:
+            for directory in directories:
+                self._leases.check(directory, session)
+            return fn()
+
+        while True:
+            for directory in directories:
+                self._leases.recall_and_wait(directory, session, deadline)
+            try:
+                return self._store.call(checked)
+            except LeaseBusy:
+                continue     # granted while we waited: recall that one too
 
     # ------------------------------------------------------------------ composite store calls
     # (each runs entirely on the store thread)
@@ -112,12 +138,15 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 rdev=request.rdev, symlink_target=request.symlink_target, exclusive=request.exclusive,
                 truncate=request.truncate)
 
-        attr = self._store.call(create)
+        attr = self._adding_names(context, (request.parent,), create)
         return mpb.AttrReply(attr=convert.attr_pb(attr))
 
     @grpc_method
     def Link(self, request: mpb.LinkRequest, context: Ctx) -> mpb.AttrReply:
-        attr = self._store.call(self._ns.link, request.ino, request.new_parent, request.new_name)
+        def link() -> Any:
+            return self._ns.link(request.ino, request.new_parent, request.new_name)
+
+        attr = self._adding_names(context, (request.new_parent,), link)
         return mpb.AttrReply(attr=convert.attr_pb(attr))
 
     @grpc_method
@@ -131,8 +160,11 @@ class MasterService(master_pb2_grpc.MasterServicer):
 
     @grpc_method
     def Rename(self, request: mpb.RenameRequest, context: Ctx) -> mpb.RenameReply:
-        result = self._store.call(self._ns.rename, request.parent, request.name, request.new_parent,
-                                  request.new_name, request.flags, request.keep_orphan)
+        def rename() -> Any:
+            return self._ns.rename(request.parent, request.name, request.new_parent, request.new_name,
+                                   request.flags, request.keep_orphan)
+
+        result = self._adding_names(context, (request.new_parent,), rename)
         return mpb.RenameReply(replaced_ino=result.replaced_ino, replaced_nlink=result.replaced_nlink)
 
     @grpc_method
@@ -173,6 +205,50 @@ class MasterService(master_pb2_grpc.MasterServicer):
     def ReleaseOrphan(self, request: mpb.InodeRequest, context: Ctx) -> mpb.Empty:
         self._store.call(self._ns.release_orphan, request.ino)
         return mpb.Empty()
+
+    # ------------------------------------------------------------------ directory leases
+
+    @grpc_method
+    def AcquireDirLease(self, request: mpb.InodeRequest, context: Ctx) -> mpb.DirLeaseReply:
+        session = session_of(context)
+        if not self._leases.enabled or not session:
+            return mpb.DirLeaseReply(granted=False)
+
+        def grant() -> list[str] | None:
+            if not self._leases.may_grant(request.ino, session):
+                return None
+            names = self._ns.names(request.ino, MAX_LEASE_NAMES)
+            if names is None:
+                return None
+            if not self._leases_marked:      # durable before any holder uses a lease (restart grace)
+                self._ns.set_lease_marker(self._term_ms())
+                self._leases_marked = True
+            self._leases.grant(request.ino, session)
+            return names
+
+        names = self._store.call(grant)
+        if names is None:
+            return mpb.DirLeaseReply(granted=False)
+        return mpb.DirLeaseReply(granted=True, term_ms=self._term_ms(), names=names)
+
+    @grpc_method
+    def RenewDirLeases(self, request: mpb.DirLeasesRequest, context: Ctx) -> mpb.DirLeasesReply:
+        kept = self._leases.renew(session_of(context), list(request.dirs))
+        return mpb.DirLeasesReply(kept=kept, term_ms=self._term_ms())
+
+    @grpc_method
+    def ReleaseDirLeases(self, request: mpb.DirLeasesRequest, context: Ctx) -> mpb.Empty:
+        self._leases.release(session_of(context), list(request.dirs))
+        return mpb.Empty()
+
+    def _clear_lease_marker(self) -> None:
+        """Store thread, once the predecessor's leases have run out: a later restart needs no grace
+        unless this master grants leases itself."""
+        if not self._leases_marked and self._ns.lease_marker():
+            self._ns.set_lease_marker(0)
+
+    def _term_ms(self) -> int:
+        return int(self._leases.term_s * 1000)
 
     # ------------------------------------------------------------------ file data
 
@@ -233,7 +309,9 @@ class MasterService(master_pb2_grpc.MasterServicer):
 
     @grpc_method
     def Report(self, request: mpb.Empty, context: Ctx) -> mpb.ClusterReport:
-        return convert.report_pb(self._store.call(self._mem.report))
+        reply = convert.report_pb(self._store.call(self._mem.report))
+        reply.dir_leases = self._leases.held()
+        return reply
 
     # ------------------------------------------------------------------ background
 
@@ -242,8 +320,12 @@ class MasterService(master_pb2_grpc.MasterServicer):
         were allocated but never committed. Runs until `stop` is set."""
         tick = max(0.05, min(self._mem.lease_ms, self._mem.heartbeat_interval_ms) / 4000.0)
         next_sweep = time.monotonic() + OPEN_BLOCK_SWEEP_S
+        marker_checked = False
         while not stop.wait(tick):
             self._store.call(self._mem.expire)
+            if not marker_checked and self._leases.grace_over():
+                marker_checked = True
+                self._store.call(self._clear_lease_marker)
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + OPEN_BLOCK_SWEEP_S
                 dropped = self._store.call(self._ns.expire_open_blocks, OPEN_BLOCK_MAX_AGE_MS)

@@ -12,6 +12,8 @@ from typing import Any
 import grpc
 
 TOKEN_METADATA = "authorization"
+# Which client session a call comes from (directory leases: master/leases.py). Not a credential.
+SESSION_METADATA = "curvine-session"
 
 
 def bearer(token: str) -> str:
@@ -43,5 +45,13 @@ class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         return self._deny
 
 
-def call_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
-    return ((TOKEN_METADATA, bearer(token)),) if token else ()
+def call_metadata(token: str | None, session: str = "") -> tuple[tuple[str, str], ...]:
+    metadata = ((TOKEN_METADATA, bearer(token)),) if token else ()
+    return (*metadata, (SESSION_METADATA, session)) if session else metadata
+
+
+def session_of(context: grpc.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == SESSION_METADATA:
+            return str(value)
+    return ""

@@ -107,6 +107,28 @@ def test_a_hot_directory_on_b_still_sees_a_s_changes(nodes: tuple[Mount, Mount, 
     assert os.stat(b.path / "hot" / "n199").st_size == 3
 
 
+def test_a_directory_leased_by_b_still_sees_a_s_new_names_at_once(nodes: tuple[Mount, Mount, Cluster]) -> None:
+    """B creates files in a directory of its own and stats names that are not there, so it takes a
+    directory lease and answers such misses itself (fuse/leases.py). A's create there recalls the
+    lease before it is acknowledged: B finds the name at once, as without a lease."""
+    a, b, cluster = nodes
+    client = cluster.client()
+    (b.path / "leased").mkdir()
+    before = client.master.report().dir_leases     # leases taken in the tests above
+    for i in range(12):
+        with pytest.raises(FileNotFoundError):
+            os.stat(b.path / "leased" / f"later-{i}")
+        (b.path / "leased" / f"b-{i}").write_bytes(b"b")
+    wait_until(lambda: client.master.report().dir_leases == before + 1, 3, "B holds a lease on the directory")
+    with pytest.raises(FileNotFoundError):
+        os.stat(b.path / "leased" / "later-0")      # answered by B's mount
+    assert os.stat(b.path / "leased" / "b-11").st_size == 1, "B's own new names are in its lease"
+    (a.path / "leased" / "later-0").write_bytes(b"from a")
+    assert os.stat(b.path / "leased" / "later-0").st_size == 6, "A's name is seen on B at once"
+    assert client.master.report().dir_leases == before, "B gave the lease back"
+    assert sorted(os.listdir(a.path / "leased")) == sorted([f"b-{i}" for i in range(12)] + ["later-0"])
+
+
 def _payload(seed: int) -> bytes:
     size = random.Random(seed).randrange(64 * 1024, 3 * MiB)
     body = random_bytes(size, seed=seed)

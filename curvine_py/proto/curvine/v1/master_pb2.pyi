@@ -386,7 +386,7 @@ class Membership(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class ClusterReport(_message.Message):
-    __slots__ = ("cluster_id", "epoch", "workers", "capacity", "used", "available", "files", "directories", "blocks")
+    __slots__ = ("cluster_id", "epoch", "workers", "capacity", "used", "available", "files", "directories", "blocks", "dir_leases")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -396,6 +396,7 @@ class ClusterReport(_message.Message):
     FILES_FIELD_NUMBER: _ClassVar[int]
     DIRECTORIES_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    DIR_LEASES_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     epoch: int
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
@@ -405,4 +406,29 @@ class ClusterReport(_message.Message):
     files: int
     directories: int
     blocks: int
-    def __init__(self, cluster_id: _Optional[str] = ..., epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., files: _Optional[int] = ..., directories: _Optional[int] = ..., blocks: _Optional[int] = ...) -> None: ...
+    dir_leases: int
+    def __init__(self, cluster_id: _Optional[str] = ..., epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., files: _Optional[int] = ..., directories: _Optional[int] = ..., blocks: _Optional[int] = ..., dir_leases: _Optional[int] = ...) -> None: ...
+
+class DirLeaseReply(_message.Message):
+    __slots__ = ("granted", "term_ms", "names")
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    TERM_MS_FIELD_NUMBER: _ClassVar[int]
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    granted: bool
+    term_ms: int
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, granted: _Optional[bool] = ..., term_ms: _Optional[int] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DirLeasesRequest(_message.Message):
+    __slots__ = ("dirs",)
+    DIRS_FIELD_NUMBER: _ClassVar[int]
+    dirs: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, dirs: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DirLeasesReply(_message.Message):
+    __slots__ = ("kept", "term_ms")
+    KEPT_FIELD_NUMBER: _ClassVar[int]
+    TERM_MS_FIELD_NUMBER: _ClassVar[int]
+    kept: _containers.RepeatedScalarFieldContainer[int]
+    term_ms: int
+    def __init__(self, kept: _Optional[_Iterable[int]] = ..., term_ms: _Optional[int] = ...) -> None: ...

@@ -114,6 +114,21 @@ class MasterStub:
                 request_serializer=curvine_dot_v1_dot_master__pb2.InodeRequest.SerializeToString,
                 response_deserializer=curvine_dot_v1_dot_master__pb2.Empty.FromString,
                 _registered_method=True)
+        self.AcquireDirLease = channel.unary_unary(
+                '/curvine.v1.Master/AcquireDirLease',
+                request_serializer=curvine_dot_v1_dot_master__pb2.InodeRequest.SerializeToString,
+                response_deserializer=curvine_dot_v1_dot_master__pb2.DirLeaseReply.FromString,
+                _registered_method=True)
+        self.RenewDirLeases = channel.unary_unary(
+                '/curvine.v1.Master/RenewDirLeases',
+                request_serializer=curvine_dot_v1_dot_master__pb2.DirLeasesRequest.SerializeToString,
+                response_deserializer=curvine_dot_v1_dot_master__pb2.DirLeasesReply.FromString,
+                _registered_method=True)
+        self.ReleaseDirLeases = channel.unary_unary(
+                '/curvine.v1.Master/ReleaseDirLeases',
+                request_serializer=curvine_dot_v1_dot_master__pb2.DirLeasesRequest.SerializeToString,
+                response_deserializer=curvine_dot_v1_dot_master__pb2.Empty.FromString,
+                _registered_method=True)
         self.GetBlocks = channel.unary_unary(
                 '/curvine.v1.Master/GetBlocks',
                 request_serializer=curvine_dot_v1_dot_master__pb2.InodeRequest.SerializeToString,
@@ -262,6 +277,24 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AcquireDirLease(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewDirLeases(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseDirLeases(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetBlocks(self, request, context):
         """file data
         """
@@ -400,6 +433,21 @@ def add_MasterServicer_to_server(servicer, server):
             'ReleaseOrphan': grpc.unary_unary_rpc_method_handler(
                     servicer.ReleaseOrphan,
                     request_deserializer=curvine_dot_v1_dot_master__pb2.InodeRequest.FromString,
+                    response_serializer=curvine_dot_v1_dot_master__pb2.Empty.SerializeToString,
+            ),
+            'AcquireDirLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcquireDirLease,
+                    request_deserializer=curvine_dot_v1_dot_master__pb2.InodeRequest.FromString,
+                    response_serializer=curvine_dot_v1_dot_master__pb2.DirLeaseReply.SerializeToString,
+            ),
+            'RenewDirLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewDirLeases,
+                    request_deserializer=curvine_dot_v1_dot_master__pb2.DirLeasesRequest.FromString,
+                    response_serializer=curvine_dot_v1_dot_master__pb2.DirLeasesReply.SerializeToString,
+            ),
+            'ReleaseDirLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseDirLeases,
+                    request_deserializer=curvine_dot_v1_dot_master__pb2.DirLeasesRequest.FromString,
                     response_serializer=curvine_dot_v1_dot_master__pb2.Empty.SerializeToString,
             ),
             'GetBlocks': grpc.unary_unary_rpc_method_handler(
@@ -879,6 +927,87 @@ class Master:
             target,
             '/curvine.v1.Master/ReleaseOrphan',
             curvine_dot_v1_dot_master__pb2.InodeRequest.SerializeToString,
+            curvine_dot_v1_dot_master__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcquireDirLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/curvine.v1.Master/AcquireDirLease',
+            curvine_dot_v1_dot_master__pb2.InodeRequest.SerializeToString,
+            curvine_dot_v1_dot_master__pb2.DirLeaseReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewDirLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/curvine.v1.Master/RenewDirLeases',
+            curvine_dot_v1_dot_master__pb2.DirLeasesRequest.SerializeToString,
+            curvine_dot_v1_dot_master__pb2.DirLeasesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseDirLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/curvine.v1.Master/ReleaseDirLeases',
+            curvine_dot_v1_dot_master__pb2.DirLeasesRequest.SerializeToString,
             curvine_dot_v1_dot_master__pb2.Empty.FromString,
             options,
             channel_credentials,
