@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 
 from curvine_py.config import DEFAULT_MASTER_PORT, split_address
+from curvine_py.core.errors import CurvineError, from_errno
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.master_pb2_grpc import MasterStub
@@ -68,6 +69,11 @@ class MasterClient:
 
     def create(self, request: pb.CreateRequest) -> cpb.Attr:
         return self.call("Create", request).attr
+
+    def create_many(self, requests: list[pb.CreateRequest]) -> list[cpb.Attr | CurvineError]:
+        """Several creates in one call; each item is the created inode's attributes or its error."""
+        reply = self.call("CreateMany", pb.CreateManyRequest(creates=requests))
+        return [from_errno(r.errno, r.error) if r.errno else r.attr for r in reply.results]
 
     def link(self, ino: int, new_parent: int, new_name: str) -> cpb.Attr:
         return self.call("Link", pb.LinkRequest(ino=ino, new_parent=new_parent, new_name=new_name)).attr

@@ -42,6 +42,7 @@ from curvine_py.core.errors import (
     NotFound,
     NotPermitted,
 )
+from curvine_py.fuse.coalesce import Coalescer
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader, stored_range
 from curvine_py.fuse.leases import DirLeaseTable
 from curvine_py.fuse.names import NameCache
@@ -132,6 +133,9 @@ class Filesystem:
         self.buffers = ReplyBuffers()
         self.attrs = AttrCache(attr_ttl, names=NameCache(names_ttl))
         self.leases = DirLeaseTable(enabled=dir_leases)
+        self._creates: Coalescer[pb.CreateRequest, cpb.Attr] = Coalescer(
+            lambda request: self._call(self.master.create, request),
+            lambda requests: self._call(self.master.create_many, requests))
         self._lease_term_s = DEFAULT_LEASE_TERM_S
         self.reader = reader
         # security.capability is asked for before every write (the kernel's killpriv check):
@@ -311,7 +315,7 @@ class Filesystem:
         request = pb.CreateRequest(parent=parent, name=name, type=kind, mode=mode & 0o7777,
                                    caller=pb.Caller(uid=uid, gid=gid), rdev=rdev, symlink_target=target,
                                    exclusive=True)
-        attr: cpb.Attr = await self._adding_name(parent, name, self._call(self.master.create, request))
+        attr: cpb.Attr = await self._adding_name(parent, name, self._creates.call(request))
         if kind == cpb.DIRECTORY:
             self.attrs.drop(parent)     # its nlink grew
         else:
@@ -422,7 +426,7 @@ class Filesystem:
         request = pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=mode & 0o7777,
                                    caller=pb.Caller(uid=uid, gid=gid), exclusive=bool(flags & os.O_EXCL),
                                    truncate=bool(flags & os.O_TRUNC))
-        attr: cpb.Attr = await self._adding_name(parent, name, self._call(self.master.create, request))
+        attr: cpb.Attr = await self._adding_name(parent, name, self._creates.call(request))
         self._touch(parent)
         self._note(attr)
         # A file of size 0 has no blocks: skip GetBlocks (one round trip less per create).

@@ -21,6 +21,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
+from curvine_py.core.errors import CurvineError, InvalidArgument
 from curvine_py.master import convert
 from curvine_py.master.leases import DirLeases, LeaseBusy
 from curvine_py.master.membership import Membership
@@ -42,7 +43,8 @@ OPEN_BLOCK_SWEEP_S = 600.0
 # Concurrent RPCs being handled; more wait in gRPC's queue. Reads run in these threads, writes
 # wait in them for their group commit, so this bounds a commit batch too.
 HANDLER_THREADS = 32
-MAX_LEASE_NAMES = 16_384    # bigger directories are not leased (the grant lists every name)
+MAX_LEASE_NAMES = 16_384
+MAX_CREATE_MANY = 256       # creates in one CreateMany call    # bigger directories are not leased (the grant lists every name)
 
 Ctx: TypeAlias = grpc.ServicerContext
 
@@ -130,16 +132,36 @@ class MasterService(master_pb2_grpc.MasterServicer):
         attr = self._store.call(self._ns.setattr, request.ino, convert.setattr_from_pb(request))
         return mpb.AttrReply(attr=convert.attr_pb(attr))
 
+    def _create(self, request: mpb.CreateRequest) -> Any:
+        return self._ns.create(
+            request.parent, request.name, request.type, request.mode, uid=request.caller.uid, gid=request.caller.gid,
+            rdev=request.rdev, symlink_target=request.symlink_target, exclusive=request.exclusive,
+            truncate=request.truncate)
+
     @grpc_method
     def Create(self, request: mpb.CreateRequest, context: Ctx) -> mpb.AttrReply:
-        def create() -> Any:
-            return self._ns.create(
-                request.parent, request.name, request.type, request.mode, uid=request.caller.uid, gid=request.caller.gid,
-                rdev=request.rdev, symlink_target=request.symlink_target, exclusive=request.exclusive,
-                truncate=request.truncate)
-
-        attr = self._adding_names(context, (request.parent,), create)
+        attr = self._adding_names(context, (request.parent,), lambda: self._create(request))
         return mpb.AttrReply(attr=convert.attr_pb(attr))
+
+    @grpc_method
+    def CreateMany(self, request: mpb.CreateManyRequest, context: Ctx) -> mpb.CreateManyReply:
+        if len(request.creates) > MAX_CREATE_MANY:
+            raise InvalidArgument(f"{len(request.creates)} creates in one call (at most {MAX_CREATE_MANY})")
+
+        def create_all() -> list[mpb.CreateResult]:
+            results = []
+            # All or nothing on an unexpected error (the caller is told the whole call failed);
+            # a CurvineError is one create's answer and rolls back only its own savepoint.
+            with self._ns.transaction():
+                for create in request.creates:
+                    try:
+                        results.append(mpb.CreateResult(attr=convert.attr_pb(self._create(create))))
+                    except CurvineError as exc:
+                        results.append(mpb.CreateResult(errno=exc.errno, error=exc.message))
+            return results
+
+        parents = tuple(dict.fromkeys(create.parent for create in request.creates))
+        return mpb.CreateManyReply(results=self._adding_names(context, parents, create_all))
 
     @grpc_method
     def Link(self, request: mpb.LinkRequest, context: Ctx) -> mpb.AttrReply:

@@ -69,6 +69,28 @@ class CreateRequest(_message.Message):
     truncate: bool
     def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ..., type: _Optional[_Union[_common_pb2.FileType, str]] = ..., mode: _Optional[int] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ..., rdev: _Optional[int] = ..., symlink_target: _Optional[str] = ..., exclusive: _Optional[bool] = ..., truncate: _Optional[bool] = ...) -> None: ...
 
+class CreateManyRequest(_message.Message):
+    __slots__ = ("creates",)
+    CREATES_FIELD_NUMBER: _ClassVar[int]
+    creates: _containers.RepeatedCompositeFieldContainer[CreateRequest]
+    def __init__(self, creates: _Optional[_Iterable[_Union[CreateRequest, _Mapping]]] = ...) -> None: ...
+
+class CreateResult(_message.Message):
+    __slots__ = ("attr", "errno", "error")
+    ATTR_FIELD_NUMBER: _ClassVar[int]
+    ERRNO_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    attr: _common_pb2.Attr
+    errno: int
+    error: str
+    def __init__(self, attr: _Optional[_Union[_common_pb2.Attr, _Mapping]] = ..., errno: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class CreateManyReply(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CreateResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[CreateResult, _Mapping]]] = ...) -> None: ...
+
 class SetAttrRequest(_message.Message):
     __slots__ = ("ino", "mode", "uid", "gid", "size", "atime_ns", "mtime_ns", "atime_now", "mtime_now", "ctime_ns")
     INO_FIELD_NUMBER: _ClassVar[int]

@@ -59,6 +59,11 @@ class MasterStub:
                 request_serializer=curvine_dot_v1_dot_master__pb2.CreateRequest.SerializeToString,
                 response_deserializer=curvine_dot_v1_dot_master__pb2.AttrReply.FromString,
                 _registered_method=True)
+        self.CreateMany = channel.unary_unary(
+                '/curvine.v1.Master/CreateMany',
+                request_serializer=curvine_dot_v1_dot_master__pb2.CreateManyRequest.SerializeToString,
+                response_deserializer=curvine_dot_v1_dot_master__pb2.CreateManyReply.FromString,
+                _registered_method=True)
         self.Link = channel.unary_unary(
                 '/curvine.v1.Master/Link',
                 request_serializer=curvine_dot_v1_dot_master__pb2.LinkRequest.SerializeToString,
@@ -207,6 +212,12 @@ class MasterServicer:
     def Create(self, request, context):
         """files, dirs, symlinks, fifos, devices
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateMany(self, request, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -379,6 +390,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.Create,
                     request_deserializer=curvine_dot_v1_dot_master__pb2.CreateRequest.FromString,
                     response_serializer=curvine_dot_v1_dot_master__pb2.AttrReply.SerializeToString,
+            ),
+            'CreateMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateMany,
+                    request_deserializer=curvine_dot_v1_dot_master__pb2.CreateManyRequest.FromString,
+                    response_serializer=curvine_dot_v1_dot_master__pb2.CreateManyReply.SerializeToString,
             ),
             'Link': grpc.unary_unary_rpc_method_handler(
                     servicer.Link,
@@ -631,6 +647,33 @@ class Master:
             '/curvine.v1.Master/Create',
             curvine_dot_v1_dot_master__pb2.CreateRequest.SerializeToString,
             curvine_dot_v1_dot_master__pb2.AttrReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/curvine.v1.Master/CreateMany',
+            curvine_dot_v1_dot_master__pb2.CreateManyRequest.SerializeToString,
+            curvine_dot_v1_dot_master__pb2.CreateManyReply.FromString,
             options,
             channel_credentials,
             insecure,
