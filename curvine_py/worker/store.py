@@ -18,6 +18,12 @@ cache and `pwrite`n; the header goes last, then `rename` publishes the file. Rec
 into an mmap of the file was ~1.7x slower here (page faults on the shared mapping dominate).
 Readers therefore never see a partial object, and a failed write leaves nothing visible.
 
+Read path: `open_object`/`open_block` hand out an fd and the parsed header. The last OPEN_FILES
+files read stay open with their headers, keyed by inventory name and tied to the inventory entry
+they were opened for: a hit costs a `dup` instead of open + header read + parse, a fixed cost that
+dominates small gets (bench kv; docs/benchmarks.md). Whatever removes or replaces an entry
+(`_forget`) closes its cached fd, so a deleted, evicted or replaced file is never served from it.
+
 Concurrency: one re-entrant lock guards the inventory and the space accounting; renames and
 unlinks that change what a name points to happen under it, so a concurrent re-put and an eviction
 cannot unlink each other's file. Bulk I/O happens outside it. A reader holds an open fd, never the
@@ -35,6 +41,7 @@ import os
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Self
@@ -56,6 +63,9 @@ LOCK_FILE = "worker.lock"
 WORKER_ID_FILE = "worker.id"
 FILE_MODE = 0o600
 CHUNK = layout.CHUNK_SIZE
+# Stored files kept open (with their parsed header) after a read, most recently read first: a hot
+# object (a shared prompt prefix) is then served without open + header read + parse each time.
+OPEN_FILES = 64
 
 Clock = Callable[[], int]
 # Called with the store lock held: (dir index, bytes needed) -> entries evicted.
@@ -354,7 +364,7 @@ class Store:
     """
 
     def __init__(self, data_dirs: Sequence[tuple[str, int]], *, max_key_bytes: int = DEFAULT_MAX_KEY_BYTES,
-                 pin_grace_ms: int = 30_000, clock: Clock = wall_ms) -> None:
+                 pin_grace_ms: int = 30_000, clock: Clock = wall_ms, open_files: int = OPEN_FILES) -> None:
         if not data_dirs:
             raise InvalidArgument("a worker needs at least one --data-dir")
         self.dirs = [DataDir(path, capacity) for path, capacity in data_dirs]
@@ -372,6 +382,9 @@ class Store:
         self._bad_block_ids: list[int] = []
         self._reclaim: Reclaimer | None = None
         self._made_shards: set[str] = set()
+        # Hot stored files kept open for reads (see _open): name -> (entry, fd, header), LRU order.
+        self._open_files: OrderedDict[str, tuple[Entry, int, layout.StoredHeader]] = OrderedDict()
+        self.open_files_limit = open_files
         # (expires_at_ms, name) of entries with a TTL, so the periodic pass finds expired entries
         # without scanning the inventory; stale items (entry gone or replaced) are skipped lazily.
         self._expiries: list[tuple[int, str]] = []
@@ -403,6 +416,10 @@ class Store:
                  self._blocks, self._objects, sum(d.used for d in self.dirs), len(self.dirs))
 
     def close(self) -> None:
+        with self.lock:
+            for _, fd, _ in self._open_files.values():
+                os.close(fd)
+            self._open_files.clear()
         for data_dir in self.dirs:
             data_dir.unlock()
 
@@ -504,6 +521,9 @@ class Store:
 
     def _forget(self, entry: Entry) -> None:
         del self._inventory[entry.name]
+        cached = self._open_files.pop(entry.name, None)
+        if cached is not None:
+            os.close(cached[1])
         self.dirs[entry.dir_index].used -= entry.size
         if entry.kind == layout.KIND_BLOCK:
             self._blocks -= 1
@@ -690,6 +710,11 @@ class Store:
             if entry is None or entry.expired(now):
                 return None
             entry.last_access_ms = now
+            cached = self._open_files.get(name)
+            if cached is not None and cached[0] is entry:
+                self._open_files.move_to_end(name)
+                # A duplicate under the lock: the cached fd may be closed by _forget right after.
+                return StoredFile(os.dup(cached[1]), cached[2])
             path = self._path_of(entry)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -700,7 +725,23 @@ class Store:
         except (OSError, ProtocolError) as exc:
             os.close(fd)
             raise Corrupt(f"unreadable stored header in {path}: {exc}") from None
+        if self.open_files_limit:
+            self._keep_open(entry, fd, header)
         return StoredFile(fd, header)
+
+    def _keep_open(self, entry: Entry, fd: int, header: layout.StoredHeader) -> None:
+        """Caches a duplicate of a just-opened file's fd, if `entry` is still the inventory's
+        (a file replaced or removed meanwhile is never cached)."""
+        with self.lock:
+            if self._inventory.get(entry.name) is not entry:
+                return
+            previous = self._open_files.pop(entry.name, None)
+            if previous is not None:
+                os.close(previous[1])
+            self._open_files[entry.name] = (entry, os.dup(fd), header)
+            while len(self._open_files) > self.open_files_limit:
+                _, (_, old_fd, _) = self._open_files.popitem(last=False)
+                os.close(old_fd)
 
     def exists(self, keys: Iterable[str], *, pin: bool = False) -> int:
         """Length of the prefix of `keys` that is stored; with `pin`, each hit stays readable
