@@ -141,6 +141,7 @@ def main(argv: list[str]) -> int:
                           max_key_bytes=cfg.max_key_bytes, pin_grace_ms=cfg.pin_grace_ms)
             store.open()
             teardown.callback(store.close)
+            store.start_temp_pool()
             worker_id = cfg.worker_id or store.load_worker_id()
             tag.worker_id = worker_id
             state = WorkerState(worker_id)

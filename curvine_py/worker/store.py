@@ -16,7 +16,9 @@ Write path (measured, see the worker report): space is reserved in the accountin
 is received one 1 MiB chunk at a time into a reused page-aligned buffer, digested while hot in
 cache and `pwrite`n; the header goes last, then `rename` publishes the file. Receiving straight
 into an mmap of the file was ~1.7x slower here (page faults on the shared mapping dominate).
-Readers therefore never see a partial object, and a failed write leaves nothing visible.
+Readers therefore never see a partial object, and a failed write leaves nothing visible. The temp
+files themselves are created ahead by a background thread once `start_temp_pool` runs (tmpfiles.py:
+file creation is the largest fixed cost of a small write on ext4 here).
 
 Read path: `open_object`/`open_block` hand out an fd and the parsed header. The last OPEN_FILES
 files read stay open with their headers, keyed by inventory name and tied to the inventory entry
@@ -53,6 +55,8 @@ from curvine_py.core.errors import Corrupt, CurvineError, InvalidArgument, NoSpa
 from curvine_py.core.eviction import Candidate
 from curvine_py.core.keys import DEFAULT_MAX_KEY_BYTES, validate_key
 from curvine_py.proto.curvine.v1.common_pb2 import CACHE, DURABLE, STORAGE_CLASS_UNSPECIFIED
+from curvine_py.worker import tmpfiles
+from curvine_py.worker.tmpfiles import TempFilePool, create_temp
 
 log = logging.getLogger(__name__)
 
@@ -382,6 +386,7 @@ class Store:
         self._bad_block_ids: list[int] = []
         self._reclaim: Reclaimer | None = None
         self._made_shards: set[str] = set()
+        self._temp_pool: TempFilePool | None = None
         # Hot stored files kept open for reads (see _open): name -> (entry, fd, header), LRU order.
         self._open_files: OrderedDict[str, tuple[Entry, int, layout.StoredHeader]] = OrderedDict()
         self.open_files_limit = open_files
@@ -416,12 +421,23 @@ class Store:
                  self._blocks, self._objects, sum(d.used for d in self.dirs), len(self.dirs))
 
     def close(self) -> None:
+        if self._temp_pool is not None:
+            self._temp_pool.close()
+            self._temp_pool = None
         with self.lock:
             for _, fd, _ in self._open_files.values():
                 os.close(fd)
             self._open_files.clear()
         for data_dir in self.dirs:
             data_dir.unlock()
+
+    def start_temp_pool(self, depth: int = tmpfiles.DEFAULT_DEPTH) -> None:
+        """Writes take temp files created ahead by a background thread (tmpfiles.py) instead of
+        creating their own on the request path. Call after `open`; `close` stops it."""
+        if self._temp_pool is None and depth > 0:
+            self._temp_pool = TempFilePool([os.path.join(d.path, TMP) for d in self.dirs], mode=FILE_MODE,
+                                           depth=depth)
+            self._temp_pool.start()
 
     def __enter__(self) -> Self:
         self.open()
@@ -592,13 +608,14 @@ class Store:
         index = self._reserve(size)
         entry = Entry(name, index, kind, size, length, storage_class, now + ttl_ms if ttl_ms else 0, now,
                       block_id)
-        data_dir = self.dirs[index]
-        tmp_path = os.path.join(data_dir.path, TMP, f"{uuid.uuid4().hex}.tmp")
-        try:
-            fd = os.open(tmp_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
-        except OSError:
-            self._release(entry)
-            raise
+        taken = self._temp_pool.take(index) if self._temp_pool is not None else None
+        if taken is None:
+            try:
+                taken = create_temp(os.path.join(self.dirs[index].path, TMP), FILE_MODE)
+            except OSError:
+                self._release(entry)
+                raise
+        tmp_path, fd = taken
         try:
             self._fallocate(fd, index, size)
         except BaseException:

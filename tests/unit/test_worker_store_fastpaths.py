@@ -1,12 +1,17 @@
-"""The worker store's shortcut for repeated reads: stored files kept open with their parsed
-headers. It must never change what a reader sees."""
+"""The worker store's two shortcuts: stored files kept open for repeated reads, and temp files
+created ahead of writes (worker/tmpfiles.py). Neither may change what a reader or writer sees."""
 from __future__ import annotations
 
 import os
 import pathlib
+import time
+
+import pytest
 
 from curvine_py.core import layout
+from curvine_py.worker import tmpfiles
 from curvine_py.worker.store import Store
+from curvine_py.worker.tmpfiles import TempFilePool
 
 MiB = 1 << 20
 
@@ -26,6 +31,14 @@ def read_all(store: Store, key: str) -> bytes | None:
 
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+def wait_until(condition, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
 
 
 # -- stored files kept open --------------------------------------------------------------------
@@ -112,3 +125,67 @@ def test_kept_files_can_be_turned_off(tmp_path: pathlib.Path) -> None:
         store.put_object("k", b"v")
         assert read_all(store, "k") == b"v"
         assert open_fds() == baseline
+
+
+# -- temp files created ahead ------------------------------------------------------------------
+
+def test_the_pool_keeps_empty_temp_files_ready_and_cleans_up(tmp_path: pathlib.Path) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    pool = TempFilePool([str(tmp)], mode=0o600, depth=3)
+    pool.start()
+    try:
+        wait_until(lambda: pool.ready_count(0) == 3)
+        taken = pool.take(0)
+        assert taken is not None
+        path, fd = taken
+        assert os.path.dirname(path) == str(tmp) and path.endswith(tmpfiles.TEMP_SUFFIX)
+        assert os.fstat(fd).st_size == 0 and os.stat(path).st_mode & 0o777 == 0o600
+        wait_until(lambda: pool.ready_count(0) == 3)   # refilled after a take
+    finally:
+        pool.close()
+    assert sorted(os.listdir(tmp)) == [os.path.basename(path)]   # only the taken one is left
+    os.close(fd)
+
+
+def test_an_empty_or_failing_pool_falls_back_to_creating_inline(tmp_path: pathlib.Path) -> None:
+    pool = TempFilePool([str(tmp_path / "missing")], mode=0o600, depth=2)
+    pool.start()
+    try:
+        assert pool.take(0) is None                    # the thread cannot create: no file, no hang
+    finally:
+        pool.close()
+
+
+def test_store_writes_use_temp_files_made_ahead(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store([(str(tmp_path / "d"), 0)])
+    store.open()
+    tmp = pathlib.Path(store.dirs[0].path, "tmp")
+    try:
+        store.start_temp_pool(depth=2)
+        wait_until(lambda: len(os.listdir(tmp)) == 2)
+        ready = set(os.listdir(tmp))
+        inline: list[str] = []
+        original = tmpfiles.create_temp
+
+        def counting(tmp_dir: str, mode: int) -> tuple[str, int]:
+            inline.append(tmp_dir)
+            return original(tmp_dir, mode)
+
+        monkeypatch.setattr("curvine_py.worker.store.create_temp", counting)
+        data = os.urandom(MiB + 1)
+        assert store.put_object("a", data) is True
+        assert read_all(store, "a") == data
+        assert inline == []                            # the write took a ready file
+        assert not ready <= set(os.listdir(tmp))       # ... one of those made ahead
+        for i in range(5):                             # a burst larger than the pool still works
+            store.put_object(f"b{i}", data)
+        for i in range(5):
+            assert read_all(store, f"b{i}") == data
+        with store.begin_put("aborted", 10) as pending:   # an aborted write leaves nothing
+            assert pending.length == 10
+        wait_until(lambda: len(os.listdir(tmp)) == 2)  # only ready (empty) files are in tmp/
+        assert all((tmp / name).stat().st_size == 0 for name in os.listdir(tmp))
+    finally:
+        store.close()
+    assert os.listdir(tmp) == []                       # close removes what was never used
