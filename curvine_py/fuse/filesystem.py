@@ -42,6 +42,7 @@ from curvine_py.core.errors import (
     NotFound,
     NotPermitted,
 )
+from curvine_py.core.keys import validate_name
 from curvine_py.fuse.coalesce import Coalescer
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader, stored_range
 from curvine_py.fuse.leases import DirLeaseTable
@@ -215,6 +216,7 @@ class Filesystem:
         try:
             if name not in (".", ".."):
                 if self.leases.absent(parent, name):
+                    validate_name(name)      # what the master would have said first (ENAMETOOLONG)
                     raise NotFound(f"{name}: no such name (directory lease)")
                 held = names.get(parent, name)
                 if held is not None:
@@ -360,6 +362,7 @@ class Filesystem:
         reply: pb.UnlinkReply = await self._call(self.master_unlink, parent, name, True, False)
         self.attrs.drop(reply.ino)
         self.attrs.drop(parent)         # its nlink shrank
+        self.leases.lost(reply.ino)     # nothing to answer for in a removed directory: stop renewing
 
     async def rename(self, parent: int, name: str, new_parent: int, new_name: str, flags: int) -> None:
         self._writable()

@@ -122,6 +122,9 @@ def test_a_directory_leased_by_b_still_sees_a_s_new_names_at_once(nodes: tuple[M
     wait_until(lambda: client.master.report().dir_leases == before + 1, 3, "B holds a lease on the directory")
     with pytest.raises(FileNotFoundError):
         os.stat(b.path / "leased" / "later-0")      # answered by B's mount
+    with pytest.raises(OSError) as too_long:
+        os.stat(b.path / "leased" / ("n" * 256))
+    assert too_long.value.errno == errno.ENAMETOOLONG, "the same error as without a lease"
     assert os.stat(b.path / "leased" / "b-11").st_size == 1, "B's own new names are in its lease"
     (a.path / "leased" / "later-0").write_bytes(b"from a")
     assert os.stat(b.path / "leased" / "later-0").st_size == 6, "A's name is seen on B at once"
