@@ -54,7 +54,8 @@ class DirLeases:
         self._cond = threading.Condition()
         self._leases: dict[int, _Lease] = {}
         self._cool: OrderedDict[int, tuple[float, float]] = OrderedDict()      # dir -> (until, length)
-        self._recent: OrderedDict[int, tuple[str, float]] = OrderedDict()      # dir -> (session, when)
+        # dir -> (last session to add a name, when, shared until): for may_grant
+        self._recent: OrderedDict[int, tuple[str, float, float]] = OrderedDict()
         self._grace_until = clock() + grace_s
 
     @property
@@ -72,7 +73,10 @@ class DirLeases:
             if cool is not None and cool[0] > now:
                 return False
             recent = self._recent.get(directory)
-            return recent is None or recent[0] == session or now - recent[1] >= FIRST_COOL_DOWN_S
+            if recent is None:
+                return True
+            writer, when, shared_until = recent
+            return now >= shared_until and (writer == session or now - when >= FIRST_COOL_DOWN_S)
 
     def grant(self, directory: int, session: str) -> None:
         with self._cond:
@@ -88,7 +92,11 @@ class DirLeases:
                 if lease.expires > now:
                     raise LeaseBusy(f"directory {directory} is leased")
                 del self._leases[directory]
-            self._remember(self._recent, directory, (session, now))
+            previous = self._recent.get(directory)
+            shared_until = previous[2] if previous is not None else 0.0
+            if previous is not None and previous[0] != session and now - previous[1] < FIRST_COOL_DOWN_S:
+                shared_until = now + FIRST_COOL_DOWN_S    # two writers lately: a shared directory
+            self._remember(self._recent, directory, (session, now, shared_until))
 
     # -- handler threads ------------------------------------------------------------------------
     def recall_and_wait(self, directory: int, session: str, deadline: float) -> None:

@@ -96,6 +96,20 @@ def test_recalled_directories_cool_down_and_shared_ones_are_not_leased() -> None
     assert leases.may_grant(D, "b")
 
 
+def test_a_directory_two_sessions_wrote_lately_is_shared_whoever_wrote_last() -> None:
+    clock = Clock()
+    leases = DirLeases(2.0, clock=clock)
+    leases.check(D, "a")
+    clock.now += 1
+    leases.check(D, "b")
+    clock.now += 1
+    leases.check(D, "a")
+    assert not leases.may_grant(D, "a"), "B wrote here 1 s ago, even though A wrote last"
+    clock.now += master_leases.FIRST_COOL_DOWN_S + 1
+    leases.check(D, "a")
+    assert leases.may_grant(D, "a"), "only A lately"
+
+
 def _recall(leases: DirLeases, clock: Clock) -> None:
     """B holds the lease, A's create recalls it, B gives it back (all at the fake clock's now)."""
     leases.grant(D, "b")
