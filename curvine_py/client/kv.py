@@ -24,6 +24,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 # Errors after which the next owner in rank order is tried.
 _FAILOVER = (Unavailable, Timeout, Corrupt)
+# Keys whose read owners are remembered per membership view. Why: ranking the workers costs about
+# a microsecond per worker (bench placement), several times more at the start of a request whose
+# caches the previous object's bytes have just flushed, and hot keys (shared prompt prefixes) are
+# read again and again.
+READ_OWNERS_CACHED = 4096
 
 
 class KVClient:
@@ -33,6 +38,9 @@ class KVClient:
         self._io = io
         self.replicas = max(1, replicas)
         self._max_key_bytes = max_key_bytes
+        # (view, replicas, key -> its read owners): one tuple, swapped whole when the view changes,
+        # so a thread still on the old view never fills the new view's table.
+        self._read_owners: tuple[View | None, int, dict[str, list[WorkerAddress]]] = (None, 0, {})
 
     # -- placement ---------------------------------------------------------------------------
     def owners(self, key: str, view: View | None = None, count: int | None = None) -> list[WorkerAddress]:
@@ -41,6 +49,19 @@ class KVClient:
         view = view or self._membership.view()
         ids = view.placement.rank(key) if count is None else view.placement.owners(key, count)
         return [view.workers[w] for w in ids]
+
+    def read_owners(self, key: str, view: View) -> list[WorkerAddress]:
+        """The owners a read tries, in order (the first `replicas + 1`), remembered per view."""
+        cached_view, replicas, table = self._read_owners
+        if cached_view is not view or replicas != self.replicas:
+            table = {}
+            self._read_owners = (view, self.replicas, table)
+        owners = table.get(key)
+        if owners is None:
+            if len(table) >= READ_OWNERS_CACHED:
+                table.clear()
+            owners = table[key] = self.owners(key, view, self.replicas + 1)
+        return owners
 
     def _with_view(self, action: Callable[[View], T]) -> T:
         """Runs `action` on the current view; once more on a fresh view after ESTALE."""
@@ -100,7 +121,7 @@ class KVClient:
     def _get(self, key: str, view: View, out: memoryview | None) -> tuple[DataHeader, memoryview | None]:
         header = DataHeader(key=key, epoch=view.epoch)
         miss = DataHeader(found=False)
-        for worker in self.owners(key, view, self.replicas + 1):
+        for worker in self.read_owners(key, view):
             try:
                 reply, data = self._io.read(worker, frames.Op.GET, header, out, whole=True)
             except _FAILOVER as exc:
