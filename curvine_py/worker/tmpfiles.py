@@ -48,6 +48,7 @@ class TempFilePool:
         self._wanted = threading.Event()
         self._stopped = False
         self._thread: threading.Thread | None = None
+        self._failing: set[int] = set()   # dir indexes whose last create failed (thread only)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="tmpfiles", daemon=True)
@@ -96,8 +97,14 @@ class TempFilePool:
                         made = create_temp(tmp_dir, self._mode)
                     except OSError as exc:
                         # A full or failing dir: writers create their own and get the real error.
-                        log.warning("cannot create a temp file ahead in %s: %s", tmp_dir, exc)
+                        # Logged once per failing stretch (every take retries).
+                        if index not in self._failing:
+                            self._failing.add(index)
+                            log.warning("cannot create temp files ahead in %s: %s", tmp_dir, exc)
                         break
+                    if index in self._failing:
+                        self._failing.discard(index)
+                        log.info("creating temp files ahead in %s again", tmp_dir)
                     with self._lock:
                         if self._stopped:
                             keep = False

@@ -148,13 +148,22 @@ def test_the_pool_keeps_empty_temp_files_ready_and_cleans_up(tmp_path: pathlib.P
     os.close(fd)
 
 
-def test_an_empty_or_failing_pool_falls_back_to_creating_inline(tmp_path: pathlib.Path) -> None:
-    pool = TempFilePool([str(tmp_path / "missing")], mode=0o600, depth=2)
+def test_an_empty_or_failing_pool_falls_back_to_creating_inline(tmp_path: pathlib.Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    missing = tmp_path / "missing"
+    pool = TempFilePool([str(missing)], mode=0o600, depth=2)
     pool.start()
     try:
-        assert pool.take(0) is None                    # the thread cannot create: no file, no hang
+        for _ in range(5):
+            assert pool.take(0) is None                # the thread cannot create: no file, no hang
+        wait_until(lambda: "cannot create temp files ahead" in caplog.text)
+        missing.mkdir()                                # the dir is back: the pool fills again
+        pool.take(0)
+        wait_until(lambda: pool.ready_count(0) == 2)
     finally:
         pool.close()
+    assert caplog.text.count("cannot create temp files ahead") == 1   # once per failing stretch
+    assert os.listdir(missing) == []
 
 
 def test_store_writes_use_temp_files_made_ahead(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
