@@ -34,6 +34,7 @@ class MasterConfig:
     heartbeat_interval_ms: int = 1000
     lease_ms: int = 5000            # a worker silent this long leaves the membership view
     dir_lease_ms: int = 2000        # directory leases for mounts (master/leases.py); 0 = none
+    unlink_grace_ms: int = 60_000   # a file without names stays readable this long (other nodes' readers)
     default_replicas_durable: int = 2
     root_policy_class: str = "durable"
 

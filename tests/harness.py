@@ -20,7 +20,8 @@ from typing import Any
 from curvine_py.client import CurvineClient
 from curvine_py.procs import RoleProcess, curvine_command, start
 
-FAST_LEASES = ["--lease-ms", "2000", "--heartbeat-ms", "300"]
+# Shorter timers than production, so tests see expiry and freeing within seconds.
+FAST_TIMERS = ["--lease-ms", "2000", "--heartbeat-ms", "300", "--unlink-grace-ms", "3000"]
 
 
 class Cluster:
@@ -31,7 +32,7 @@ class Cluster:
         self.host = host
         self.token = token
         self.capacity = capacity
-        self._master_args = [*FAST_LEASES, *master_args]
+        self._master_args = [*FAST_TIMERS, *master_args]
         self._worker_args = list(worker_args)
         self._node_names = list(node_names) if node_names else [f"node{i}" for i in range(workers)]
         self._echo = echo

@@ -72,6 +72,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--heartbeat-ms", type=int, help="heartbeat interval told to workers (default 1000)")
     p.add_argument("--dir-lease-ms", type=int,
                    help="term of the directory leases mounts may take (0 = none; default 2000)")
+    p.add_argument("--unlink-grace-ms", type=int,
+                   help="a file that lost its last name stays readable this long for readers on other "
+                        "nodes before its blocks are freed (0 = at once; default 60000)")
     p.add_argument("--block-size", help="default file block size, e.g. 64MiB")
     p.add_argument("--config", help="TOML file; its [master] table sets defaults")
     p.add_argument("--log-level", default=os.environ.get("CURVINE_LOG_LEVEL", "INFO"))
@@ -82,7 +85,7 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
     flags: dict[str, Any] = {
         "data_dir": args.data_dir, "host": args.host, "port": args.port, "token": args.token,
         "insecure": args.insecure, "lease_ms": args.lease_ms, "heartbeat_interval_ms": args.heartbeat_ms,
-        "dir_lease_ms": args.dir_lease_ms,
+        "dir_lease_ms": args.dir_lease_ms, "unlink_grace_ms": args.unlink_grace_ms,
         "block_size": config.parse_size(args.block_size) if args.block_size else None,
     }
     cfg = config.load(config.MasterConfig, section="master", toml_path=args.config, flags=flags)
@@ -90,8 +93,8 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
         raise CurvineError(f"block size must be a positive multiple of {MIN_BLOCK_SIZE}")
     if cfg.lease_ms <= 0 or cfg.heartbeat_interval_ms <= 0:
         raise CurvineError("lease and heartbeat interval must be positive")
-    if cfg.dir_lease_ms < 0:
-        raise CurvineError("the directory lease term cannot be negative")
+    if cfg.dir_lease_ms < 0 or cfg.unlink_grace_ms < 0:
+        raise CurvineError("the directory lease term and the unlink grace cannot be negative")
     if not 0 <= cfg.port < 65536:
         raise CurvineError(f"bad port {cfg.port}")
     StorageClass.parse(cfg.root_policy_class)
@@ -135,7 +138,7 @@ def serve(cfg: config.MasterConfig) -> int:
         stack.enter_context(data_dir_lock(data_dir))
         ns = Namespace(os.path.join(data_dir, DB_FILE), block_size=cfg.block_size,
                        root_class=StorageClass.parse(cfg.root_policy_class),
-                       durable_replicas=cfg.default_replicas_durable)
+                       durable_replicas=cfg.default_replicas_durable, unlink_grace_ms=cfg.unlink_grace_ms)
         stack.callback(ns.close)
         membership = Membership(ns, lease_ms=cfg.lease_ms, heartbeat_interval_ms=cfg.heartbeat_interval_ms)
         store = StoreThread(ns)

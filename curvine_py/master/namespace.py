@@ -106,7 +106,8 @@ CREATE TABLE IF NOT EXISTS inodes (
     block_size INTEGER NOT NULL DEFAULT 0,
     target TEXT,                        -- symlink target
     parent INTEGER NOT NULL DEFAULT 0,  -- a directory holding a link (policy lookup, subtree checks)
-    orphan INTEGER NOT NULL DEFAULT 0,  -- nlink 0 but kept open by a client: freed by ReleaseOrphan
+    orphan INTEGER NOT NULL DEFAULT 0,  -- nlink 0 and kept: 1 open by a client (freed by ReleaseOrphan),
+                                        -- 2 in the unlink grace since ctime_ns (freed by expire_orphans)
     p_class INTEGER,                    -- directory policy, NULL = none (inherit)
     p_replicas INTEGER,
     p_ttl_ms INTEGER,
@@ -121,6 +122,7 @@ CREATE TABLE IF NOT EXISTS dentries (
     PRIMARY KEY (parent, name)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS dentries_by_ino ON dentries (ino);
+CREATE INDEX IF NOT EXISTS inodes_orphans ON inodes (orphan, ctime_ns) WHERE orphan != 0;
 CREATE TABLE IF NOT EXISTS blocks (
     ino INTEGER NOT NULL,
     idx INTEGER NOT NULL,
@@ -208,7 +210,8 @@ class Namespace:
 
     def __init__(self, path: str, *, block_size: int = 64 << 20,
                  root_class: StorageClass = StorageClass.DURABLE, durable_replicas: int = 2,
-                 clock_ns: Callable[[], int] = time.time_ns, read_only: bool = False) -> None:
+                 clock_ns: Callable[[], int] = time.time_ns, read_only: bool = False,
+                 unlink_grace_ms: int = 0) -> None:
         if root_class == StorageClass.UNSPECIFIED:
             raise InvalidArgument("the root storage class must be cache or durable")
         self.path = path
@@ -216,6 +219,9 @@ class Namespace:
         self.root_class = root_class
         self.durable_replicas = durable_replicas
         self._clock_ns = clock_ns
+        # A file that lost its last name stays readable this long, so a reader on another node
+        # (whose open this master does not know of) can finish; then expire_orphans frees it.
+        self.unlink_grace_ns = unlink_grace_ms * 1_000_000
         # isolation_level=None: we issue BEGIN/COMMIT ourselves (the module's implicit transactions
         # would commit at surprising points). check_same_thread=False: created by main, used only by
         # the store thread (or, for a reader, the thread serving reads) afterwards.
@@ -347,7 +353,10 @@ class Namespace:
     def _row(self, ino: int) -> Sequence[int]:
         if not 0 < ino <= MAX_ID:
             raise NotFound(f"no inode {ino}")
-        row = self._db.execute(f"SELECT {_ATTR_COLS} FROM inodes WHERE ino=?", (ino,)).fetchone()
+        # An inode in its unlink grace (orphan=2) is gone for every call: a new open by inode must
+        # fail (ESTALE, so the kernel looks the name up again and finds the new file). Only its
+        # blocks stay, for handles that already hold the block map.
+        row = self._db.execute(f"SELECT {_ATTR_COLS} FROM inodes WHERE ino=? AND orphan!=2", (ino,)).fetchone()
         if row is None:
             raise NotFound(f"no inode {ino}")
         return row  # type: ignore[no-any-return]
@@ -435,11 +444,28 @@ class Namespace:
             if keep_orphan:
                 self._db.execute("UPDATE inodes SET orphan=1, nlink=0 WHERE ino=?", (ino,))
             else:
-                self._free_inode(ino)
+                self._free_later(ino)
             return
         row = self._db.execute("SELECT parent FROM dentries WHERE ino=? LIMIT 1", (ino,)).fetchone()
         if row is not None:
             self._db.execute("UPDATE inodes SET parent=? WHERE ino=?", (int(row[0]), ino))
+
+    def _free_later(self, ino: int) -> None:
+        """An inode without names and without a client keeping it: freed after the unlink grace."""
+        if self.unlink_grace_ns <= 0:
+            self._free_inode(ino)
+        else:
+            self._db.execute("UPDATE inodes SET orphan=2, nlink=0, ctime_ns=? WHERE ino=?", (self._now(), ino))
+
+    def expire_orphans(self, limit: int = 1000) -> int:
+        """Frees up to `limit` inodes whose unlink grace is over; returns how many."""
+        with self.transaction():
+            cutoff = self._now() - self.unlink_grace_ns
+            rows = self._db.execute("SELECT ino FROM inodes WHERE orphan=2 AND ctime_ns<=? LIMIT ?",
+                                    (cutoff, limit)).fetchall()
+            for (ino,) in rows:
+                self._free_inode(int(ino))
+        return len(rows)
 
     def _truncate_blocks(self, ino: int, size: int, block_size: int) -> None:
         """Sparse truncate: blocks wholly beyond `size` are dropped, a straddling block keeps only
@@ -707,13 +733,14 @@ class Namespace:
             return UnlinkResult(ino, nlink)
 
     def release_orphan(self, ino: int) -> None:
-        """The last open handle of an unlinked file closed: free it. Idempotent."""
+        """The last open handle of an unlinked file closed on the client that kept it: free it (after
+        the unlink grace, for readers elsewhere). Idempotent."""
         with self.transaction():
             if not 0 < ino <= MAX_ID:
                 return
-            row = self._db.execute("SELECT nlink FROM inodes WHERE ino=?", (ino,)).fetchone()
-            if row is not None and int(row[0]) <= 0:
-                self._free_inode(ino)
+            row = self._db.execute("SELECT nlink, orphan FROM inodes WHERE ino=?", (ino,)).fetchone()
+            if row is not None and int(row[0]) <= 0 and int(row[1]) == 1:
+                self._free_later(ino)
 
     def rename(self, parent: int, name: str, new_parent: int, new_name: str,
                flags: int = 0, keep_orphan: bool = False) -> RenameResult:

@@ -40,6 +40,7 @@ T = TypeVar("T")
 MAX_MESSAGE = 64 << 20
 OPEN_BLOCK_MAX_AGE_MS = 24 * 3600 * 1000   # a block allocated and never committed for a day is given up
 OPEN_BLOCK_SWEEP_S = 600.0
+ORPHAN_SWEEP_S = 1.0          # files past their unlink grace are freed this often
 # Concurrent RPCs being handled; more wait in gRPC's queue. Reads run in these threads, writes
 # wait in them for their group commit, so this bounds a commit batch too.
 HANDLER_THREADS = 32
@@ -338,16 +339,21 @@ class MasterService(master_pb2_grpc.MasterServicer):
     # ------------------------------------------------------------------ background
 
     def maintain(self, stop: threading.Event) -> None:
-        """Lease expiry (so the view shrinks even when nobody asks) and the sweep of blocks that
-        were allocated but never committed. Runs until `stop` is set."""
+        """Lease expiry (so the view shrinks even when nobody asks), freeing files past their unlink
+        grace, and the sweep of blocks that were allocated but never committed. Runs until `stop` is set."""
         tick = max(0.05, min(self._mem.lease_ms, self._mem.heartbeat_interval_ms) / 4000.0)
         next_sweep = time.monotonic() + OPEN_BLOCK_SWEEP_S
         marker_checked = False
+        next_orphan_sweep = 0.0
         while not stop.wait(tick):
             self._store.call(self._mem.expire)
             if not marker_checked and self._leases.grace_over():
                 marker_checked = True
                 self._store.call(self._clear_lease_marker)
+            if time.monotonic() >= next_orphan_sweep:
+                next_orphan_sweep = time.monotonic() + ORPHAN_SWEEP_S
+                while self._store.call(self._ns.expire_orphans) and not stop.is_set():
+                    pass
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + OPEN_BLOCK_SWEEP_S
                 dropped = self._store.call(self._ns.expire_open_blocks, OPEN_BLOCK_MAX_AGE_MS)

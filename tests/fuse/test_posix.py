@@ -163,7 +163,7 @@ def test_unlinked_open_file_lives_until_last_close(d: pathlib.Path, shared_clust
     finally:
         os.close(fd)
     client = shared_cluster.client()
-    wait_until(lambda: _gone(client, ino), 10, f"inode {ino} freed after the last close")
+    wait_until(lambda: _gone(client, ino), 10, f"inode {ino} freed after the last close and the grace")
 
 
 def test_file_replaced_by_rename_while_open_lives_until_last_close(d: pathlib.Path,
@@ -183,7 +183,7 @@ def test_file_replaced_by_rename_while_open_lives_until_last_close(d: pathlib.Pa
     finally:
         os.close(fd)
     client = shared_cluster.client()
-    wait_until(lambda: _gone(client, ino), 10, f"inode {ino} freed after the last close")
+    wait_until(lambda: _gone(client, ino), 10, f"inode {ino} freed after the last close and the grace")
 
 
 def _gone(client: object, ino: int) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import mmap
 import os
 import random
 import struct
@@ -130,6 +131,29 @@ def test_a_directory_leased_by_b_still_sees_a_s_new_names_at_once(nodes: tuple[M
     assert os.stat(b.path / "leased" / "later-0").st_size == 6, "A's name is seen on B at once"
     assert client.master.report().dir_leases == before, "B gave the lease back"
     assert sorted(os.listdir(a.path / "leased")) == sorted([f"b-{i}" for i in range(12)] + ["later-0"])
+
+
+def test_a_reader_on_b_finishes_a_file_a_replaced_meanwhile(nodes: tuple[Mount, Mount, Cluster]) -> None:
+    """No master knows of B's open handle, so A's os.replace frees the old file at once; the
+    master's unlink grace (3 s in tests, 60 s by default) keeps its blocks on the workers, so B,
+    reading with O_DIRECT (every byte from the workers), still reads all of the old content."""
+    a, b, _ = nodes
+    old = random_bytes(12 * MiB, seed=7)
+    (a.path / "chunk").write_bytes(old)
+    fd = os.open(b.path / "chunk", os.O_RDONLY | os.O_DIRECT)
+    buffer = mmap.mmap(-1, MiB)
+    try:
+        assert os.preadv(fd, [buffer], 0) == MiB and buffer[:] == old[:MiB]
+        (a.path / "chunk.tmp").write_bytes(b"new")
+        os.replace(a.path / "chunk.tmp", a.path / "chunk")
+        time.sleep(1.5)          # five heartbeats: the workers would have deleted the old blocks
+        for offset in range(MiB, len(old), MiB):
+            assert os.preadv(fd, [buffer], offset) == MiB
+            assert buffer[:] == old[offset:offset + MiB], f"old content at {offset}"
+    finally:
+        os.close(fd)
+        buffer.close()
+    assert (b.path / "chunk").read_bytes() == b"new"
 
 
 def _payload(seed: int) -> bytes:

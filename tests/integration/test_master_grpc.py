@@ -52,7 +52,7 @@ class Master:
 
 @pytest.fixture
 def proc(tmp_path: pathlib.Path) -> Iterator[RoleProcess]:
-    master = start_master(tmp_path / "m", "--lease-ms", "1500", "--heartbeat-ms", "200")
+    master = start_master(tmp_path / "m", "--lease-ms", "1500", "--heartbeat-ms", "200", "--unlink-grace-ms", "500")
     yield master
     assert master.stop() == 0
 
@@ -217,8 +217,19 @@ def test_policy_blocks_and_a_worker_over_grpc(master: Master) -> None:
                  pb.CommitFileRequest(ino=f.ino, size=1, blocks=[pb.BlockInfo(index=0, block_id=4242, length=1)]))
 
     m.Unlink(pb.UnlinkRequest(parent=kv.ino, name="chunk"))
-    beat = m.Heartbeat(pb.HeartbeatRequest(worker_id="w1", capacity=1 << 40, used=1 << 30, available=(1 << 40) - (1 << 30)))
-    assert not beat.reregister and list(beat.delete_block_ids) == [grant.block_id]
+
+    def heartbeat() -> pb.HeartbeatReply:
+        return m.Heartbeat(pb.HeartbeatRequest(worker_id="w1", capacity=1 << 40, used=1 << 30,
+                                               available=(1 << 40) - (1 << 30)))
+
+    beat = heartbeat()
+    assert not beat.reregister and list(beat.delete_block_ids) == [], "kept for the unlink grace"
+    expect_error(grpc.StatusCode.NOT_FOUND, "ENOENT", m.GetBlocks, pb.InodeRequest(ino=f.ino))
+    deadline = time.monotonic() + 5
+    while not beat.delete_block_ids and time.monotonic() < deadline:
+        time.sleep(0.1)
+        beat = heartbeat()
+    assert list(beat.delete_block_ids) == [grant.block_id], "deleted once the grace (0.5 s) is over"
     assert m.StatFs(pb.Empty()).capacity == 1 << 40
     report = m.Report(pb.Empty())
     assert [(w.worker_id, w.live, w.used) for w in report.workers] == [("w1", True, 1 << 30)]

@@ -389,3 +389,43 @@ def test_statfs_and_counts(ns: Namespace) -> None:
     assert (s.capacity, s.used, s.available, s.files, s.block_size) == (150, 35, 115, 3, BS)
     c = ns.counts()
     assert (c.files, c.directories, c.blocks, c.inodes) == (1, 2, 1, 3)
+
+
+def test_unlink_grace_keeps_a_nameless_file_readable_then_frees_it(tmp_path: pathlib.Path) -> None:
+    """Readers on other nodes are unknown to the master: a file that lost its last name keeps its
+    blocks for the grace (for handles that hold its block map), then expire_orphans frees it."""
+    clock = FakeClock()
+    ns = open_store(tmp_path, clock, unlink_grace_ms=5_000)
+    f = mkfile(ns, "f")
+    b = write_block(ns, f.ino, 0, length=1)
+    ns.commit_file(f.ino, 1, [b])
+    g = mkfile(ns, "g")
+    ns.rename(ROOT_INO, "g", ROOT_INO, "f")          # replaces f: nameless now
+    with pytest.raises(NotFound):
+        ns.lookup(ROOT_INO, "g")
+    with pytest.raises(NotFound):
+        ns.getattr(f.ino)            # gone for new opens (the kernel then looks the name up again)
+    with pytest.raises(NotFound):
+        ns.get_blocks(f.ino)
+    assert all_deletions(ns) == {}, "but no worker is told to delete its blocks yet"
+    assert ns.counts().blocks == 1
+    assert ns.expire_orphans() == 0
+    clock.ns += 5_000_000_000
+    assert ns.expire_orphans() == 1
+    with pytest.raises(NotFound):
+        ns.getattr(f.ino)
+    assert sorted(all_deletions(ns)) == sorted(b.worker_ids)
+    assert ns.lookup(ROOT_INO, "f").ino == g.ino
+    assert ns.check() == []
+
+    kept = mkfile(ns, "kept")                         # unlinked while open on the caller's mount
+    ns.unlink(ROOT_INO, "kept", keep_orphan=True)
+    clock.ns += 10_000_000_000
+    assert ns.expire_orphans() == 0, "kept by its client: not on the grace clock"
+    assert ns.getattr(kept.ino).nlink == 0, "readable by inode for the client that keeps it"
+    ns.release_orphan(kept.ino)                       # its last close: the grace starts now
+    clock.ns += 5_000_000_000
+    assert ns.expire_orphans() == 1
+    with pytest.raises(NotFound):
+        ns.getattr(kept.ino)
+    ns.close()
