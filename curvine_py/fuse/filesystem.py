@@ -226,8 +226,8 @@ class Filesystem:
                     attr, page = await self._call(self._lookup_and_page, parent, name)
                     names.fill(parent, page, generation)
                     return self._note(attr), 0.0
-            attr: cpb.Attr = await self._call(self.master.lookup, parent, name)
-            return self._note(attr), 0.0
+            found: cpb.Attr = await self._call(self.master.lookup, parent, name)
+            return self._note(found), 0.0
         except NotFound:
             if self.leases.note_miss(parent):
                 await self._acquire_lease(parent)

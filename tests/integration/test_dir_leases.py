@@ -103,7 +103,7 @@ def test_directories_with_other_writers_or_no_session_are_not_leased(cluster: Cl
 
 
 def test_a_restarted_master_waits_out_its_predecessors_leases(cluster: Cluster) -> None:
-    a, b = _sessions(cluster)
+    _, b = _sessions(cluster)
     directory = _mkdir(b, "d")
     assert b.acquire_dir_lease(directory).granted
     cluster.restart_master()            # kill -9: the leases die with it, B does not know yet

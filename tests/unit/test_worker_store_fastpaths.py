@@ -8,25 +8,12 @@ import time
 
 import pytest
 
-from curvine_py.core import layout
 from curvine_py.worker import tmpfiles
 from curvine_py.worker.store import Store
 from curvine_py.worker.tmpfiles import TempFilePool
+from tests.unit.test_worker_store import object_path, read_all
 
 MiB = 1 << 20
-
-
-def object_path(store: Store, key: str) -> pathlib.Path:
-    name = layout.object_file_name(key)
-    return pathlib.Path(store.dirs[0].path, "kv", layout.shard_dir(name), name)
-
-
-def read_all(store: Store, key: str) -> bytes | None:
-    stored = store.open_object(key)
-    if stored is None:
-        return None
-    with stored:
-        return stored.read()
 
 
 def open_fds() -> int:
