@@ -44,8 +44,8 @@ ORPHAN_SWEEP_S = 1.0          # files past their unlink grace are freed this oft
 # Concurrent RPCs being handled; more wait in gRPC's queue. Reads run in these threads, writes
 # wait in them for their group commit, so this bounds a commit batch too.
 HANDLER_THREADS = 32
-MAX_LEASE_NAMES = 16_384
-MAX_CREATE_MANY = 256       # creates in one CreateMany call    # bigger directories are not leased (the grant lists every name)
+MAX_LEASE_NAMES = 16_384    # bigger directories are not leased (the grant lists every name)
+MAX_CREATE_MANY = 256       # creates in one CreateMany call
 
 Ctx: TypeAlias = grpc.ServicerContext
 
