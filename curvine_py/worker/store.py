@@ -268,6 +268,14 @@ class StoredFile:
         return layout.combine(list(self.header.chunk_checksums)) == self.header.checksum
 
 
+def _fsync_directory(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class PendingWrite:
     """A write in progress: reserved space, a temp file. `receive` then `commit`, or `abort`.
     Used as a context manager, anything but a commit aborts (temp removed, space released)."""
@@ -341,13 +349,21 @@ class PendingWrite:
 
     def commit(self) -> bool:
         """Publishes the file. False: a KV object with this key was stored meanwhile (the stored
-        one is kept: write-once, a re-put is idempotent)."""
+        one is kept: write-once, a re-put is idempotent). Durable-class files are fsynced with their
+        directories first (cache-class ones are not: losing them to a power cut is a miss)."""
         if not self._received:
             raise InvalidArgument("commit before the payload was received")
+        durable = self._header.storage_class == DURABLE
+        if durable:     # on stable storage before anyone is told it is stored (as NFS's COMMIT)
+            os.fsync(self._fd)
         os.close(self._fd)
         self._fd = -1
         self._done = True
-        return self._store._publish(self._entry, self._tmp_path, self._final_path)
+        published = self._store._publish(self._entry, self._tmp_path, self._final_path)
+        if published and durable:   # the rename too: both directories it touched
+            _fsync_directory(os.path.dirname(self._final_path))
+            _fsync_directory(os.path.dirname(self._tmp_path))
+        return published
 
     def abort(self) -> None:
         if self._fd >= 0:

@@ -289,3 +289,25 @@ def test_a_failed_publish_leaves_nothing(tmp_path: pathlib.Path, monkeypatch: py
             store.put_object("k", b"x" * 100)
         assert os.listdir(tmp_path / "d" / "tmp") == [] and store.dirs[0].reserved == 0
         assert store.stats().objects == 0
+
+
+def test_durable_files_reach_stable_storage_before_they_are_stored(tmp_path: pathlib.Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A durable-class write is fsynced (file, then both directories of its rename) before the
+    commit returns; a cache-class one is not (a power cut costs a miss, not a lie)."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with Store([(str(tmp_path / "d"), 0)]) as store:
+        store.put_object("cached", b"x" * 100)
+        assert synced == []
+        store.write_block(7, b"y" * (MiB + 1), storage_class=DURABLE)
+        final = block_path(store, 7)
+        assert synced[0].startswith(str(tmp_path / "d" / "tmp")), "the file's data, before its rename"
+        assert synced[1:] == [str(final.parent), str(tmp_path / "d" / "tmp")]
+        assert final.stat().st_size > MiB
