@@ -13,16 +13,9 @@ from curvine_py.fuse import leases as mount_leases
 from curvine_py.fuse.leases import DirLeaseTable
 from curvine_py.master import leases as master_leases
 from curvine_py.master.leases import DirLeases, LeaseBusy
+from tests.unit.test_fuse_names import Clock
 
 D = 42
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # -- master side ---------------------------------------------------------------------------------
