@@ -24,6 +24,7 @@ from curvine_py.master.types import (
     ClusterReport,
     HeartbeatResult,
     MembershipView,
+    NamespaceCounts,
     Registered,
     Usage,
     WorkerInfo,
@@ -158,10 +159,12 @@ class Membership:
         return [dataclasses.replace(w, live=w.worker_id in self._last_seen)
                 for _, w in sorted(self._workers.items())]
 
-    def report(self) -> ClusterReport:
+    def report(self, counts: NamespaceCounts | None = None) -> ClusterReport:
+        """`counts`: the namespace's, when the caller took them elsewhere (the service counts on a
+        reader connection: a full count at a million inodes must not hold up the store thread)."""
         self.expire()
         live = self.live_workers()
-        counts = self._ns.counts()
+        counts = counts if counts is not None else self._ns.counts()
         return ClusterReport(
             cluster_id=self.cluster_id, epoch=self._epoch, workers=tuple(self.all_workers()),
             capacity=sum(w.capacity for w in live), used=sum(w.used for w in live),

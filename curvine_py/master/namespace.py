@@ -1173,8 +1173,12 @@ class Namespace:
         blocks = self._db.execute("SELECT COUNT(*) FROM blocks").fetchone()[0]
         return NamespaceCounts(int(files), int(dirs), int(blocks), int(inodes))
 
-    def statfs(self, live: Sequence[WorkerInfo]) -> StatFs:
-        inodes = int(self._db.execute("SELECT COUNT(*) FROM inodes").fetchone()[0])
+    def inode_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM inodes").fetchone()[0])
+
+    def statfs(self, live: Sequence[WorkerInfo], inodes: int | None = None) -> StatFs:
+        """`inodes`: the count, when the caller took it elsewhere (see Membership.report)."""
+        inodes = inodes if inodes is not None else self.inode_count()
         return StatFs(capacity=sum(w.capacity for w in live), used=sum(w.used for w in live),
                       available=sum(w.available for w in live), files=inodes, block_size=self.block_size)
 

@@ -108,8 +108,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
         self._mem.expire()
         return self._ns.add_block(ino, index, client_node, self._mem.live_workers())
 
-    def _statfs(self) -> StatFs:
-        return self._ns.statfs(self._mem.live_workers())
+    def _statfs(self, inodes: int) -> StatFs:
+        return self._ns.statfs(self._mem.live_workers(), inodes)
 
     # ------------------------------------------------------------------ namespace
 
@@ -220,7 +220,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
 
     @grpc_method
     def StatFs(self, request: mpb.Empty, context: Ctx) -> mpb.StatFsReply:
-        s = self._store.call(self._statfs)
+        s = self._store.call(self._statfs, self._read(Namespace.inode_count))   # counted off the store thread
         return mpb.StatFsReply(capacity=s.capacity, used=s.used, available=s.available, files=s.files,
                                block_size=s.block_size)
 
@@ -332,7 +332,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
 
     @grpc_method
     def Report(self, request: mpb.Empty, context: Ctx) -> mpb.ClusterReport:
-        reply = convert.report_pb(self._store.call(self._mem.report))
+        counts = self._read(Namespace.counts)     # a full scan: on this thread's reader, not the store's
+        reply = convert.report_pb(self._store.call(self._mem.report, counts))
         reply.dir_leases = self._leases.held()
         return reply
 
