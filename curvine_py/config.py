@@ -35,6 +35,7 @@ class MasterConfig:
     lease_ms: int = 5000            # a worker silent this long leaves the membership view
     dir_lease_ms: int = 2000        # directory leases for mounts (master/leases.py); 0 = none
     unlink_grace_ms: int = 60_000   # a file without names stays readable this long (other nodes' readers)
+    session_timeout_ms: int = 30_000  # a mount silent this long is gone: its kept orphans are released
     default_replicas_durable: int = 2
     root_policy_class: str = "durable"
 

@@ -21,7 +21,8 @@ from curvine_py.client import CurvineClient
 from curvine_py.procs import RoleProcess, curvine_command, start
 
 # Shorter timers than production, so tests see expiry and freeing within seconds.
-FAST_TIMERS = ["--lease-ms", "2000", "--heartbeat-ms", "300", "--unlink-grace-ms", "3000"]
+FAST_TIMERS = ["--lease-ms", "2000", "--heartbeat-ms", "300", "--unlink-grace-ms", "3000",
+               "--session-timeout-ms", "3000"]
 
 
 class Cluster:

@@ -73,6 +73,7 @@ CAPABILITY = "security.capability"
 # (4 MiB) keeps a few 1 MiB requests in flight; these find their chunk already fetched.
 READ_AHEAD = int(os.environ.get("CURVINE_FUSE_READ_AHEAD", "0"))
 DEFAULT_LEASE_TERM_S = 2.0   # until the master tells its own (renewals run every quarter term)
+DEFAULT_HEARTBEAT_S = 1.0    # until the master tells its session timeout (a third of it)
 
 _KIND_BY_IFMT = {
     stat.S_IFREG: cpb.REGULAR, stat.S_IFDIR: cpb.DIRECTORY, stat.S_IFLNK: cpb.SYMLINK,
@@ -138,6 +139,7 @@ class Filesystem:
             lambda request: self._call(self.master.create, request),
             lambda requests: self._call(self.master.create_many, requests))
         self._lease_term_s = DEFAULT_LEASE_TERM_S
+        self._heartbeat_s = DEFAULT_HEARTBEAT_S
         self.reader = reader
         # security.capability is asked for before every write (the kernel's killpriv check):
         # its answers are cached like attributes. ino -> (expiry, value or None).
@@ -266,21 +268,26 @@ class Filesystem:
         self.leases.added(directory, name)
         return result
 
-    async def keep_leases(self) -> None:
-        """Renews this mount's directory leases every quarter term; gives back the lost ones."""
+    async def keep_session(self) -> None:
+        """Renews this mount's directory leases every quarter term and gives back the lost ones;
+        the same call is the session's heartbeat (master/sessions.py: a silent mount's kept
+        orphans are released), sent at least every third of the master's session timeout."""
+        last_heartbeat = -1e9
         while True:
-            await trio.sleep(self._lease_term_s / 4)
+            await trio.sleep(self._lease_term_s / 4 if self._lease_term_s > 0 else self._heartbeat_s)
             directories = self.leases.held_directories()
-            if not directories:
-                continue
             sent_at = self.leases.clock()
+            if not directories and sent_at - last_heartbeat < self._heartbeat_s:
+                continue
             try:
                 reply: pb.DirLeasesReply = await self._call(self.master.renew_dir_leases, directories)
             except CurvineError as exc:    # unused leases run out by themselves
                 log.debug("renewal of directory leases: %s", exc)
                 continue
-            if reply.term_ms:
-                self._lease_term_s = reply.term_ms / 1000
+            last_heartbeat = sent_at
+            self._lease_term_s = reply.term_ms / 1000
+            if reply.session_timeout_ms:
+                self._heartbeat_s = reply.session_timeout_ms / 3000
             gone = self.leases.renewed(directories, reply.kept, self._lease_term_s, sent_at)
             if gone:
                 await self._release_leases(gone)

@@ -72,7 +72,7 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal)
             nursery.start_soon(_announce, options)
-            nursery.start_soon(fs.keep_leases)
+            nursery.start_soon(fs.keep_session)
             await pyfuse3.main(min_tasks=2, max_tasks=options.max_tasks)
             nursery.cancel_scope.cancel()
     finally:

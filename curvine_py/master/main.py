@@ -25,6 +25,7 @@ from curvine_py.master.leases import DirLeases
 from curvine_py.master.membership import Membership
 from curvine_py.master.namespace import MIN_BLOCK_SIZE, Namespace
 from curvine_py.master.service import MasterService, build_server
+from curvine_py.master.sessions import Sessions
 from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import StorageClass
 
@@ -75,6 +76,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--unlink-grace-ms", type=int,
                    help="a file that lost its last name stays readable this long for readers on other "
                         "nodes before its blocks are freed (0 = at once; default 60000)")
+    p.add_argument("--session-timeout-ms", type=int,
+                   help="a mount not heard from this long is gone and the files it kept open after "
+                        "their unlink are released (default 30000)")
     p.add_argument("--block-size", help="default file block size, e.g. 64MiB")
     p.add_argument("--config", help="TOML file; its [master] table sets defaults")
     p.add_argument("--log-level", default=os.environ.get("CURVINE_LOG_LEVEL", "INFO"))
@@ -86,6 +90,7 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
         "data_dir": args.data_dir, "host": args.host, "port": args.port, "token": args.token,
         "insecure": args.insecure, "lease_ms": args.lease_ms, "heartbeat_interval_ms": args.heartbeat_ms,
         "dir_lease_ms": args.dir_lease_ms, "unlink_grace_ms": args.unlink_grace_ms,
+        "session_timeout_ms": args.session_timeout_ms,
         "block_size": config.parse_size(args.block_size) if args.block_size else None,
     }
     cfg = config.load(config.MasterConfig, section="master", toml_path=args.config, flags=flags)
@@ -95,6 +100,8 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
         raise CurvineError("lease and heartbeat interval must be positive")
     if cfg.dir_lease_ms < 0 or cfg.unlink_grace_ms < 0:
         raise CurvineError("the directory lease term and the unlink grace cannot be negative")
+    if cfg.session_timeout_ms <= 0:
+        raise CurvineError("the session timeout must be positive")
     if not 0 <= cfg.port < 65536:
         raise CurvineError(f"bad port {cfg.port}")
     StorageClass.parse(cfg.root_policy_class)
@@ -146,7 +153,7 @@ def serve(cfg: config.MasterConfig) -> int:
         stack.callback(store.stop)
         # A predecessor that granted directory leases: its holders may use them for one more term.
         leases = DirLeases(cfg.dir_lease_ms / 1000, grace_s=ns.lease_marker() / 1000)
-        service = MasterService(ns, membership, store, leases)
+        service = MasterService(ns, membership, store, leases, Sessions(cfg.session_timeout_ms / 1000))
         stack.callback(service.close)
         # Handlers first: a SIGTERM right after the ready line must still be a clean stop.
         stop = threading.Event()

@@ -123,6 +123,10 @@ CREATE TABLE IF NOT EXISTS dentries (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS dentries_by_ino ON dentries (ino);
 CREATE INDEX IF NOT EXISTS inodes_orphans ON inodes (orphan, ctime_ns) WHERE orphan != 0;
+CREATE TABLE IF NOT EXISTS orphan_keepers (   -- the client session that keeps an orphan=1 inode
+    ino INTEGER PRIMARY KEY,
+    session TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS blocks (
     ino INTEGER NOT NULL,
     idx INTEGER NOT NULL,
@@ -436,13 +440,17 @@ class Namespace:
                 "SELECT block_id, workers FROM open_blocks WHERE ino=?", (ino,)).fetchall():
             self._drop_open_block(int(block_id), workers)
         self._db.execute("DELETE FROM xattrs WHERE ino=?", (ino,))
+        self._db.execute("DELETE FROM orphan_keepers WHERE ino=?", (ino,))
         self._db.execute("DELETE FROM inodes WHERE ino=?", (ino,))
 
-    def _unlinked_from(self, ino: int, nlink: int, keep_orphan: bool) -> None:
+    def _unlinked_from(self, ino: int, nlink: int, keep_orphan: bool, keeper: str = "") -> None:
         """Bookkeeping after one name of a non-directory went away and nlink dropped to `nlink`."""
         if nlink <= 0:
             if keep_orphan:
                 self._db.execute("UPDATE inodes SET orphan=1, nlink=0 WHERE ino=?", (ino,))
+                if keeper:
+                    self._db.execute("INSERT OR REPLACE INTO orphan_keepers (ino, session) VALUES (?, ?)",
+                                     (ino, keeper))
             else:
                 self._free_later(ino)
             return
@@ -456,6 +464,11 @@ class Namespace:
             self._free_inode(ino)
         else:
             self._db.execute("UPDATE inodes SET orphan=2, nlink=0, ctime_ns=? WHERE ino=?", (self._now(), ino))
+
+    def kept_orphans(self) -> list[tuple[int, str]]:
+        """(inode, keeping session) of every orphan a client keeps open."""
+        return [(int(ino), str(session)) for ino, session in
+                self._db.execute("SELECT ino, session FROM orphan_keepers").fetchall()]
 
     def expire_orphans(self, limit: int = 1000) -> int:
         """Frees up to `limit` inodes whose unlink grace is over; returns how many."""
@@ -701,9 +714,10 @@ class Namespace:
             return self._get(ino)
 
     def unlink(self, parent: int, name: str, *, directory: bool = False,
-               keep_orphan: bool = False) -> UnlinkResult:
+               keep_orphan: bool = False, keeper: str = "") -> UnlinkResult:
         """unlink(2) or, with `directory`, rmdir(2). A file whose last name goes is freed with its
-        blocks, or kept as an orphan (`keep_orphan`: still open) until `release_orphan`."""
+        blocks, or kept as an orphan (`keep_orphan`: still open) until `release_orphan`; `keeper` is
+        the client session keeping it (its orphans are released when it dies: master/sessions.py)."""
         validate_name(name)
         with self.transaction():
             self._dir(parent)
@@ -729,7 +743,7 @@ class Namespace:
                                    "RETURNING nlink", (now, ino)).fetchone()
             nlink = max(0, int(row[0]))
             self._touch_dir(parent, now)
-            self._unlinked_from(ino, nlink, keep_orphan)
+            self._unlinked_from(ino, nlink, keep_orphan, keeper)
             return UnlinkResult(ino, nlink)
 
     def release_orphan(self, ino: int) -> None:
@@ -740,10 +754,11 @@ class Namespace:
                 return
             row = self._db.execute("SELECT nlink, orphan FROM inodes WHERE ino=?", (ino,)).fetchone()
             if row is not None and int(row[0]) <= 0 and int(row[1]) == 1:
+                self._db.execute("DELETE FROM orphan_keepers WHERE ino=?", (ino,))
                 self._free_later(ino)
 
     def rename(self, parent: int, name: str, new_parent: int, new_name: str,
-               flags: int = 0, keep_orphan: bool = False) -> RenameResult:
+               flags: int = 0, keep_orphan: bool = False, keeper: str = "") -> RenameResult:
         """rename(2)/renameat2(2) as one transaction. A replaced file left without names is freed,
         or kept as an orphan (`keep_orphan`: still open) until `release_orphan`, as in `unlink`."""
         if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) or flags == RENAME_NOREPLACE | RENAME_EXCHANGE:
@@ -792,7 +807,7 @@ class Namespace:
                     row = self._db.execute("UPDATE inodes SET nlink = nlink - 1, ctime_ns=? WHERE ino=? "
                                            "RETURNING nlink", (now, dst)).fetchone()
                     nlink = max(0, int(row[0]))
-                    self._unlinked_from(dst, nlink, keep_orphan)
+                    self._unlinked_from(dst, nlink, keep_orphan, keeper)
                     result = RenameResult(dst, nlink)
             self._db.execute("DELETE FROM dentries WHERE parent=? AND name=?", (parent, name))
             self._db.execute("INSERT INTO dentries (parent, name, ino) VALUES (?, ?, ?)",

@@ -26,6 +26,7 @@ from curvine_py.master import convert
 from curvine_py.master.leases import DirLeases, LeaseBusy
 from curvine_py.master.membership import Membership
 from curvine_py.master.namespace import Namespace
+from curvine_py.master.sessions import Sessions
 from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import AddedBlock, StatFs
 from curvine_py.proto.curvine.v1 import master_pb2 as mpb
@@ -41,6 +42,7 @@ MAX_MESSAGE = 64 << 20
 OPEN_BLOCK_MAX_AGE_MS = 24 * 3600 * 1000   # a block allocated and never committed for a day is given up
 OPEN_BLOCK_SWEEP_S = 600.0
 ORPHAN_SWEEP_S = 1.0          # files past their unlink grace are freed this often
+DEFAULT_SESSION_TIMEOUT_S = 30.0
 # Concurrent RPCs being handled; more wait in gRPC's queue. Reads run in these threads, writes
 # wait in them for their group commit, so this bounds a commit batch too.
 HANDLER_THREADS = 32
@@ -52,11 +54,12 @@ Ctx: TypeAlias = grpc.ServicerContext
 
 class MasterService(master_pb2_grpc.MasterServicer):
     def __init__(self, ns: Namespace, membership: Membership, store: StoreThread,
-                 leases: DirLeases | None = None) -> None:
+                 leases: DirLeases | None = None, sessions: Sessions | None = None) -> None:
         self._ns = ns
         self._mem = membership
         self._store = store
         self._leases = leases or DirLeases(0.0)
+        self._sessions = sessions or Sessions(DEFAULT_SESSION_TIMEOUT_S)
         self._leases_marked = False     # store thread only: the durable "leases were granted" marker
         # Pure reads run in the handler thread on that thread's own read-only connection, on
         # committed state: no queueing behind writes and fsyncs, no hop to the store thread.
@@ -100,6 +103,14 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 return self._store.call(checked)
             except LeaseBusy:
                 continue     # granted while we waited: recall that one too
+
+    def _keeper(self, keep_orphan: bool, context: Ctx) -> str:
+        """The session that will keep an orphan (and is alive right now), or "" when none is kept."""
+        if not keep_orphan:
+            return ""
+        session = session_of(context)
+        self._sessions.seen(session)
+        return session
 
     # ------------------------------------------------------------------ composite store calls
     # (each runs entirely on the store thread)
@@ -174,18 +185,22 @@ class MasterService(master_pb2_grpc.MasterServicer):
 
     @grpc_method
     def Unlink(self, request: mpb.UnlinkRequest, context: Ctx) -> mpb.UnlinkReply:
+        keeper = self._keeper(request.keep_orphan, context)
+
         def unlink() -> Any:
             return self._ns.unlink(request.parent, request.name, directory=request.directory,
-                                   keep_orphan=request.keep_orphan)
+                                   keep_orphan=request.keep_orphan, keeper=keeper)
 
         result = self._store.call(unlink)
         return mpb.UnlinkReply(ino=result.ino, nlink=result.nlink)
 
     @grpc_method
     def Rename(self, request: mpb.RenameRequest, context: Ctx) -> mpb.RenameReply:
+        keeper = self._keeper(request.keep_orphan, context)
+
         def rename() -> Any:
             return self._ns.rename(request.parent, request.name, request.new_parent, request.new_name,
-                                   request.flags, request.keep_orphan)
+                                   request.flags, request.keep_orphan, keeper)
 
         result = self._adding_names(context, (request.new_parent,), rename)
         return mpb.RenameReply(replaced_ino=result.replaced_ino, replaced_nlink=result.replaced_nlink)
@@ -256,13 +271,24 @@ class MasterService(master_pb2_grpc.MasterServicer):
 
     @grpc_method
     def RenewDirLeases(self, request: mpb.DirLeasesRequest, context: Ctx) -> mpb.DirLeasesReply:
-        kept = self._leases.renew(session_of(context), list(request.dirs))
-        return mpb.DirLeasesReply(kept=kept, term_ms=self._term_ms())
+        session = session_of(context)
+        self._sessions.seen(session)      # also the session's heartbeat
+        kept = self._leases.renew(session, list(request.dirs))
+        return mpb.DirLeasesReply(kept=kept, term_ms=self._term_ms(),
+                                  session_timeout_ms=int(self._sessions.timeout_s * 1000))
 
     @grpc_method
     def ReleaseDirLeases(self, request: mpb.DirLeasesRequest, context: Ctx) -> mpb.Empty:
         self._leases.release(session_of(context), list(request.dirs))
         return mpb.Empty()
+
+    def _release_orphans_of_dead_sessions(self) -> None:
+        if not self._sessions.can_judge():
+            return
+        for ino, session in self._read(Namespace.kept_orphans):
+            if self._sessions.dead(session):
+                log.info("session %s is gone: releasing orphan inode %d it kept", session, ino)
+                self._store.call(self._ns.release_orphan, ino)
 
     def _clear_lease_marker(self) -> None:
         """Store thread, once the predecessor's leases have run out: a later restart needs no grace
@@ -353,6 +379,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 self._store.call(self._clear_lease_marker)
             if time.monotonic() >= next_orphan_sweep:
                 next_orphan_sweep = time.monotonic() + ORPHAN_SWEEP_S
+                self._release_orphans_of_dead_sessions()
                 while self._store.call(self._ns.expire_orphans) and not stop.is_set():
                     pass
             if time.monotonic() >= next_sweep:

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from curvine_py.core.errors import NotFound
 from curvine_py.fuse import mountpoint
 from curvine_py.procs import curvine_command
 from tests.fuse.mounts import Mount
@@ -63,6 +64,42 @@ def test_stale_mountpoint_is_reported_and_force_recovers_it(cluster: Cluster, tm
     finally:
         if mountpoint.is_mounted(str(mount.path)):
             mountpoint.lazy_unmount(str(mount.path))
+
+
+def test_a_killed_mount_s_unlinked_open_files_are_released(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    """A mount keeps a file unlinked while open as an orphan and frees it at its last close. Killed,
+    it never closes: the master notices the silent session (3 s in tests) and releases the orphan,
+    which then goes through the unlink grace (3 s in tests) and is freed."""
+    live = Mount(cluster.master_address, tmp_path / "live").start()
+    doomed = Mount(cluster.master_address, tmp_path / "doomed").start()
+    try:
+        client = cluster.client()
+        held = []
+        for name, mount in (("held-by-live", live), ("held-by-doomed", doomed)):
+            path = mount.path / name
+            path.write_bytes(b"x" * 1000)
+            fd = os.open(path, os.O_RDONLY)
+            held.append((fd, os.fstat(fd).st_ino))
+            os.unlink(path)
+        doomed.kill()
+        wait_until(lambda: _gone(client, held[1][1]), 15, "the killed mount's orphan freed")
+        assert os.pread(held[0][0], 10, 0) == b"x" * 10, "the live mount's orphan is kept"
+        assert client.master.getattr(held[0][1]).nlink == 0
+    finally:
+        for fd, _ in held:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        live.stop()
+        if mountpoint.is_mounted(str(doomed.path)):
+            mountpoint.lazy_unmount(str(doomed.path))
+
+
+def _gone(client: object, ino: int) -> bool:
+    try:
+        client.master.getattr(ino)  # type: ignore[attr-defined]
+    except NotFound:
+        return True
+    return False
 
 
 def test_a_live_mount_is_not_mounted_over_without_force(cluster: Cluster, tmp_path: pathlib.Path) -> None:

@@ -448,9 +448,11 @@ class DirLeasesRequest(_message.Message):
     def __init__(self, dirs: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class DirLeasesReply(_message.Message):
-    __slots__ = ("kept", "term_ms")
+    __slots__ = ("kept", "term_ms", "session_timeout_ms")
     KEPT_FIELD_NUMBER: _ClassVar[int]
     TERM_MS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     kept: _containers.RepeatedScalarFieldContainer[int]
     term_ms: int
-    def __init__(self, kept: _Optional[_Iterable[int]] = ..., term_ms: _Optional[int] = ...) -> None: ...
+    session_timeout_ms: int
+    def __init__(self, kept: _Optional[_Iterable[int]] = ..., term_ms: _Optional[int] = ..., session_timeout_ms: _Optional[int] = ...) -> None: ...
