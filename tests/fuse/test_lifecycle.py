@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from curvine_py.core.errors import NotFound
 from curvine_py.fuse import mountpoint
 from curvine_py.procs import curvine_command
 from tests.fuse.mounts import Mount
+from tests.fuse.test_posix import _gone
 from tests.harness import Cluster, wait_until
 
 
@@ -92,14 +92,6 @@ def test_a_killed_mount_s_unlinked_open_files_are_released(cluster: Cluster, tmp
         live.stop()
         if mountpoint.is_mounted(str(doomed.path)):
             mountpoint.lazy_unmount(str(doomed.path))
-
-
-def _gone(client: object, ino: int) -> bool:
-    try:
-        client.master.getattr(ino)  # type: ignore[attr-defined]
-    except NotFound:
-        return True
-    return False
 
 
 def test_a_live_mount_is_not_mounted_over_without_force(cluster: Cluster, tmp_path: pathlib.Path) -> None:
