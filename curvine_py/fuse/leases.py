@@ -67,10 +67,6 @@ class DirLeaseTable:
             return False
         return name not in held.names
 
-    def holds(self, directory: int) -> bool:
-        held = self._held.get(directory)
-        return held is not None and self.clock() < held.valid_until
-
     # -- when to ask -----------------------------------------------------------------------------
     def note_miss(self, directory: int) -> bool:
         """A master lookup in `directory` found nothing. True: ask for a lease now (the caller
@@ -78,11 +74,7 @@ class DirLeaseTable:
         if not self.enabled or directory in self._held:
             return False
         now = self.clock()
-        misses = self._misses.get(directory)
-        if misses is None:
-            if len(self._misses) >= MAX_TRACKED:
-                self._misses.pop(next(iter(self._misses)))
-            misses = self._misses[directory] = _Misses(window_start=now)
+        misses = self._tracked(directory, now)
         if misses.asking or now < misses.retry_after:
             return False
         if now - misses.window_start > MISS_WINDOW_S:
@@ -151,12 +143,6 @@ class DirLeaseTable:
                 gone.append(directory)
         return gone
 
-    def clear(self) -> list[int]:
-        gone = list(self._held)
-        for directory in gone:
-            self.lost(directory)
-        return gone
-
     # -- internals --------------------------------------------------------------------------------
     def _drop(self, directory: int) -> bool:
         held = self._held.pop(directory, None)
@@ -165,12 +151,17 @@ class DirLeaseTable:
         self._names -= len(held.names)
         return True
 
-    def _retry_later(self, directory: int) -> None:
+    def _tracked(self, directory: int, now: float) -> _Misses:
+        """The directory's miss record, made (in a bounded table) if it has none."""
         misses = self._misses.get(directory)
         if misses is None:
             if len(self._misses) >= MAX_TRACKED:
                 self._misses.pop(next(iter(self._misses)))
-            misses = self._misses[directory] = _Misses()
+            misses = self._misses[directory] = _Misses(window_start=now)
+        return misses
+
+    def _retry_later(self, directory: int) -> None:
+        misses = self._tracked(directory, self.clock())
         misses.count, misses.asking, misses.spoiled = 0, False, False
         misses.added.clear()
         misses.window_start = misses.retry_after = self.clock() + RETRY_AFTER_S
