@@ -66,8 +66,7 @@ class DirLeases:
     def may_grant(self, directory: int, session: str) -> bool:
         now = self._clock()
         with self._cond:
-            lease = self._leases.get(directory)
-            if lease is not None and lease.expires > now and lease.session != session:
+            if self._live_foreign(directory, session, now) is not None:
                 return False
             cool = self._cool.get(directory)
             if cool is not None and cool[0] > now:
@@ -79,19 +78,20 @@ class DirLeases:
             return now >= shared_until and (writer == session or now - when >= FIRST_COOL_DOWN_S)
 
     def grant(self, directory: int, session: str) -> None:
+        now = self._clock()
         with self._cond:
-            self._leases[directory] = _Lease(session, self._clock() + self.term_s)
+            # Leases of holders that died are otherwise only forgotten when someone writes there.
+            for expired in [d for d, lease in self._leases.items() if lease.expires <= now]:
+                del self._leases[expired]
+            self._leases[directory] = _Lease(session, now + self.term_s)
 
     def check(self, directory: int, session: str) -> None:
         """Before a name is added to `directory` by `session`: raises LeaseBusy while another
         session holds a live lease on it; notes the writer (for may_grant)."""
         now = self._clock()
         with self._cond:
-            lease = self._leases.get(directory)
-            if lease is not None and lease.session != session:
-                if lease.expires > now:
-                    raise LeaseBusy(f"directory {directory} is leased")
-                del self._leases[directory]
+            if self._live_foreign(directory, session, now) is not None:
+                raise LeaseBusy(f"directory {directory} is leased")
             previous = self._recent.get(directory)
             shared_until = previous[2] if previous is not None else 0.0
             if previous is not None and previous[0] != session and now - previous[1] < FIRST_COOL_DOWN_S:
@@ -105,18 +105,15 @@ class DirLeases:
         with self._cond:
             while True:
                 now = self._clock()
-                lease = self._leases.get(directory)
-                live = lease is not None and lease.session != session and lease.expires > now
-                if lease is not None and not live and lease.session != session:
-                    del self._leases[directory]
-                if not live and now >= self._grace_until:
+                lease = self._live_foreign(directory, session, now)
+                if lease is None and now >= self._grace_until:
                     return
                 if now >= deadline:
                     raise Timeout(f"directory {directory}: its lease was not given back in time")
-                if lease is not None and live and not lease.recalled:
+                if lease is not None and not lease.recalled:
                     lease.recalled = True
                     self._start_cool_down(directory, now)
-                until = lease.expires if lease is not None and live else self._grace_until
+                until = lease.expires if lease is not None else self._grace_until
                 self._cond.wait(max(0.0, min(until, deadline) - now))
 
     def renew(self, session: str, directories: list[int]) -> list[int]:
@@ -149,6 +146,16 @@ class DirLeases:
             return sum(1 for lease in self._leases.values() if lease.expires > now)
 
     # -- internals ------------------------------------------------------------------------------
+    def _live_foreign(self, directory: int, session: str, now: float) -> _Lease | None:
+        """Another session's live lease on `directory` (lock held); an expired one is forgotten."""
+        lease = self._leases.get(directory)
+        if lease is None or lease.session == session:
+            return None
+        if lease.expires <= now:
+            del self._leases[directory]
+            return None
+        return lease
+
     def _start_cool_down(self, directory: int, now: float) -> None:
         previous = self._cool.get(directory)
         length = FIRST_COOL_DOWN_S if previous is None else min(previous[1] * 2, MAX_COOL_DOWN_S)
