@@ -36,10 +36,10 @@ class AsyncCurvineClient:
     async def get(self, key: str) -> bytes | None:
         return await self._run(self.sync.kv.get, key)
 
-    async def get_into(self, key: str, out: memoryview) -> int | None:
+    async def get_into(self, key: str, out: Any) -> int | None:
         return await self._run(self.sync.kv.get_into, key, out)
 
-    async def get_with_meta(self, key: str, out: memoryview | None = None) -> tuple[memoryview, bytes] | None:
+    async def get_with_meta(self, key: str, out: Any = None) -> tuple[memoryview, bytes] | None:
         return await self._run(self.sync.kv.get_with_meta, key, out)
 
     async def exists(self, key: str) -> bool:

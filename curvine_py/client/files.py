@@ -229,12 +229,17 @@ class CurvineFile(io.RawIOBase):
         self._write_behind = write_behind
         self._size_dirty = False
         self._uncommitted: list[pb.BlockInfo] = []   # written to workers, not yet committed
+        # The first failed block write: sticky, like a write-back error. Once set, no write of
+        # this handle is published (the file keeps what its last commit published), and every
+        # later write, commit and close raises it.
+        self._failed: CurvineError | None = None
+        self._committed_size = attr.size
         self._position = 0
         self._reload(blocks if blocks is not None else store.master.get_blocks(attr.ino))
 
     def _reload(self, reply: pb.BlocksReply) -> None:
         self.attr = reply.attr   # attributes as of open/refresh (mode, owner; size may move on)
-        self.size = reply.attr.size
+        self.size = self._committed_size = reply.attr.size
         self.block_size = reply.attr.block_size or reply.policy.block_size or DEFAULT_BLOCK_SIZE
         self._blocks = {b.index: b for b in reply.blocks}
         for index, clean in list(self._clean.items()):   # keep only what still is the file's content
@@ -453,6 +458,7 @@ class CurvineFile(io.RawIOBase):
             raise InvalidArgument("file not open for writing")
         source = memoryview(data).cast("B")
         with self._lock:
+            self._raise_if_failed()
             self._pwrite_locked(offset, source)
             self._write_full_blocks()
             return len(source)
@@ -572,6 +578,8 @@ class CurvineFile(io.RawIOBase):
         if not self._writable or not self._lock.acquire(blocking=False):
             return None
         try:
+            if self._failed is not None:
+                return None      # the blocking path raises it
             source = memoryview(data).cast("B")
             for extent in layout.extents(offset, len(source), self.block_size):
                 dirty = self._dirty.get(extent.index)
@@ -602,8 +610,9 @@ class CurvineFile(io.RawIOBase):
         only at commit."""
         for index in [i for i, d in self._dirty.items() if d.length == self.block_size and d.upload is None]:
             if not self._write_behind:
-                dirty = self._dirty.pop(index)
-                block = self._store.write(self.ino, index, dirty.buffer, self._node)
+                dirty = self._dirty[index]
+                block = self._guarded(lambda: self._store.write(self.ino, index, dirty.buffer, self._node))
+                del self._dirty[index]
                 self._blocks[index] = block
                 self._uncommitted.append(block)
                 self._keep(index, block, dirty)
@@ -616,12 +625,12 @@ class CurvineFile(io.RawIOBase):
 
     def _finish_upload(self, index: int) -> None:
         """Waits for a write-behind upload (call under the lock); the block becomes uncommitted
-        like a synchronously written one. On failure the block stays dirty (a commit retries)."""
+        like a synchronously written one. On failure the handle is failed (`_guarded`)."""
         dirty = self._dirty[index]
         future, dirty.upload = dirty.upload, None
         if future is None:
             return
-        block = future.result()
+        block = self._guarded(future.result)
         del self._dirty[index]
         self._blocks[index] = block
         self._uncommitted.append(block)
@@ -723,6 +732,7 @@ class CurvineFile(io.RawIOBase):
     def commit(self) -> None:
         """Writes dirty blocks and publishes size + block map at the master (close/fsync)."""
         with self._lock:
+            self._raise_if_failed()
             if not self._dirty and not self._size_dirty and not self._uncommitted:
                 return
             self._finish_uploads()
@@ -730,7 +740,8 @@ class CurvineFile(io.RawIOBase):
             for index in sorted(self._dirty):
                 dirty = self._dirty[index]
                 length = min(dirty.length, max(0, self.size - index * self.block_size))
-                latest[index] = self._store.write(self.ino, index, dirty.buffer[:length], self._node)
+                latest[index] = self._guarded(
+                    lambda: self._store.write(self.ino, index, dirty.buffer[:length], self._node))
             written = [latest[index] for index in sorted(latest)]
             attr = self._store.master.commit(self.ino, self.size, written)
             for block in written:
@@ -739,5 +750,33 @@ class CurvineFile(io.RawIOBase):
             self._dirty.clear()
             self._uncommitted.clear()
             self._size_dirty = False
-            self.size = attr.size
+            self.size = self._committed_size = attr.size
             self.attr = attr
+
+    def _guarded(self, write: Callable[[], pb.BlockInfo]) -> pb.BlockInfo:
+        """Runs one block write; a failure fails the whole handle (call under the lock). Why not
+        retry or commit around the hole: a committed size must never cover a block that was not
+        stored, and publishing the blocks before the failed one would give a file that reads as
+        something it never was (half new, half old or zeros)."""
+        try:
+            return write()
+        except Exception as exc:   # noqa: BLE001 - a bug fails the handle too, never a silent hole
+            self._fail(exc if isinstance(exc, CurvineError) else CurvineError(f"block write failed: {exc!r}"))
+            raise self._failed from exc  # type: ignore[misc]
+
+    def _fail(self, cause: CurvineError) -> None:
+        if self._failed is None:
+            failed = type(cause)(
+                f"{cause.message}; nothing written through this handle since its last commit is "
+                f"published (the file keeps its {self._committed_size} committed bytes)", errno=cause.errno)
+            self._failed = failed
+            self._uncommitted.clear()   # never published; the master frees them with the file's stale blocks
+
+    def _raise_if_failed(self) -> None:
+        if self._failed is not None:
+            raise type(self._failed)(self._failed.message, errno=self._failed.errno)
+
+    @property
+    def failed(self) -> CurvineError | None:
+        """The sticky write error of this handle, if a block write failed."""
+        return self._failed

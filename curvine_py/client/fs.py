@@ -4,21 +4,33 @@ Paths are absolute within the cluster namespace; `..` never climbs above `/`.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
+import secrets
 import shutil
+import tempfile
 from collections.abc import Iterator
 
 from curvine_py.client.files import BlockStore, CurvineFile
 from curvine_py.client.master import MasterClient
 from curvine_py.client.types import FileStatus
-from curvine_py.core.errors import AlreadyExists, InvalidArgument, IsADirectory, NotFound
+from curvine_py.core.errors import AlreadyExists, CurvineError, InvalidArgument, IsADirectory, NotFound
 from curvine_py.core.keys import split_path
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 ROOT_INO = 1
 COPY_CHUNK = 16 << 20
+
+
+def _umask() -> int:
+    """The process umask, read without setting it (os.umask would race with other threads)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
 
 
 def normalize(path: str) -> str:
@@ -114,18 +126,42 @@ class FileSystem:
         return handle
 
     def put(self, local_path: str, path: str) -> FileStatus:
-        with open(local_path, "rb") as source, self.open(path, "wb") as target:
-            shutil.copyfileobj(source, target, COPY_CHUNK)
+        """Uploads into a hidden temporary name beside `path`, renamed over it once every byte is
+        committed: a failed put leaves nothing visible and an existing file as it was."""
+        parent, name = self._parent(path)
+        temporary = f".{name}.put-{secrets.token_hex(6)}"
+        with open(local_path, "rb") as source:
+            attr = self.master.create(pb.CreateRequest(parent=parent, name=temporary, type=cpb.REGULAR,
+                                                       mode=0o644, exclusive=True))
+            try:
+                with CurvineFile(self._blocks, attr, node=self._node, writable=True) as target:
+                    shutil.copyfileobj(source, target, COPY_CHUNK)
+                self.master.rename(parent, temporary, parent, name)
+            except BaseException:
+                with contextlib.suppress(CurvineError):
+                    self.master.unlink(parent, temporary)
+                raise
         return self.stat(path)
 
     def get(self, path: str, local_path: str) -> int:
-        with self.open(path, "rb") as source, open(local_path, "wb") as target:
-            buffer = memoryview(bytearray(COPY_CHUNK))
-            total = 0
-            while n := source.readinto(buffer):
-                target.write(buffer[:n])
-                total += n
+        """Downloads into a temporary file beside `local_path`, renamed over it on success: a
+        failed get leaves no partial output."""
+        directory = os.path.dirname(os.path.abspath(local_path))
+        fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(local_path)}.", dir=directory)
+        try:
+            with self.open(path, "rb") as source, os.fdopen(fd, "wb") as target:
+                buffer = memoryview(bytearray(COPY_CHUNK))
+                total = 0
+                while n := source.readinto(buffer):
+                    target.write(buffer[:n])
+                    total += n
+            os.chmod(temporary, 0o666 & ~_umask())
+            os.replace(temporary, local_path)
             return total
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
 
     def walk(self, path: str) -> Iterator[FileStatus]:
         for entry in self.ls(path):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from curvine_py.client.buffers import writable_view
 from curvine_py.client.membership import MembershipCache, View, WorkerAddress
 from curvine_py.client.workerio import WorkerIO
 from curvine_py.core import frames
@@ -99,23 +100,26 @@ class KVClient:
 
         self._with_view(attempt)
 
-    def get_view(self, key: str, out: memoryview | None = None) -> memoryview | None:
-        """The object's bytes (in `out` if given, else a new page-aligned buffer), or None on a miss."""
+    def get_view(self, key: str, out: Any = None) -> memoryview | None:
+        """The object's bytes (in `out` if given: any writable buffer, see buffers.writable_view;
+        else a new page-aligned buffer), or None on a miss."""
         validate_key(key, self._max_key_bytes)
-        return self._with_view(lambda view: self._get(key, view, out)[1])
+        target = None if out is None else writable_view(out)
+        return self._with_view(lambda view: self._get(key, view, target)[1])
 
     def get(self, key: str) -> bytes | None:
         data = self.get_view(key)
         return None if data is None else bytes(data)
 
-    def get_into(self, key: str, out: memoryview) -> int | None:
+    def get_into(self, key: str, out: Any) -> int | None:
         """Receives the object into the caller's buffer; returns its length, or None on a miss."""
         data = self.get_view(key, out)
         return None if data is None else len(data)
 
-    def get_with_meta(self, key: str, out: memoryview | None = None) -> tuple[memoryview, bytes] | None:
+    def get_with_meta(self, key: str, out: Any = None) -> tuple[memoryview, bytes] | None:
         validate_key(key, self._max_key_bytes)
-        reply, data = self._with_view(lambda view: self._get(key, view, out))
+        target = None if out is None else writable_view(out)
+        reply, data = self._with_view(lambda view: self._get(key, view, target))
         return None if data is None else (data, bytes(reply.user_meta))
 
     def _get(self, key: str, view: View, out: memoryview | None) -> tuple[DataHeader, memoryview | None]:

@@ -55,3 +55,55 @@ def test_corrupt_stored_bytes_are_a_miss(cluster: Cluster, node: str, where: int
     assert client.kv.get_into("bad", out) is None
     assert client.kv.get("bad") is None       # the worker dropped its bad copy
     assert not path.exists()
+
+
+def _buffer_kinds() -> list[tuple[str, object]]:
+    """Every kind of writable buffer a caller (LMCache among them) may hand to get_into."""
+    import array
+
+    import numpy
+    kinds: list[tuple[str, object]] = [
+        ("bytearray", bytearray(SIZE)),
+        ("mmap", mmap.mmap(-1, SIZE)),
+        ("memoryview", memoryview(bytearray(SIZE + 10))[5:SIZE + 5]),
+        ("array", array.array("B", bytes(SIZE))),
+        ("numpy-uint8", numpy.zeros(SIZE, dtype=numpy.uint8)),
+        ("numpy-2d", numpy.zeros((SIZE // 5, 5), dtype=numpy.uint8)),
+    ]
+    try:
+        import torch
+    except ImportError:     # CI installs torch (the LMCache stack); a bare venv checks the rest
+        return kinds
+    kinds.append(("torch-uint8", torch.zeros(SIZE, dtype=torch.uint8)))
+    kinds.append(("torch-bfloat16", torch.zeros(SIZE // 2 + 1, dtype=torch.bfloat16)))
+    return kinds
+
+
+@pytest.mark.parametrize("node", ["elsewhere", "node-a"], ids=["tcp", "short-circuit"])
+@pytest.mark.parametrize("kind,buffer", _buffer_kinds(), ids=[k for k, _ in _buffer_kinds()])
+def test_get_into_any_writable_buffer(cluster: Cluster, node: str, kind: str, buffer: object) -> None:
+    """The bytes land in the caller's own memory, are verified there, and the good copy stays."""
+    client = cluster.client(node=node)
+    size = (SIZE // 5) * 5 if kind == "numpy-2d" else SIZE
+    data = random_bytes(size, seed=7)
+    client.kv.put("any-buffer", data)
+    assert client.kv.get_into("any-buffer", buffer) == size
+    if hasattr(buffer, "numpy"):                         # a torch tensor: read back its bytes
+        raw = buffer.view(-1).view(__import__("torch").uint8).numpy().tobytes()  # type: ignore[attr-defined]
+    else:
+        raw = memoryview(buffer).cast("B").tobytes()     # type: ignore[arg-type]
+    assert raw[:size] == data
+    assert client.kv.get("any-buffer") == data           # not reported as corrupt, not dropped
+    assert stored_path(cluster, "any-buffer").exists()
+
+
+def test_get_into_refuses_read_only_buffers(cluster: Cluster) -> None:
+    """A read-only buffer is the caller's mistake: InvalidArgument, and the stored copy is kept."""
+    from curvine_py.core.errors import InvalidArgument
+    client = cluster.client()
+    client.kv.put("read-only", b"x" * 1000)
+    with pytest.raises(InvalidArgument, match="read-only"):
+        client.kv.get_into("read-only", bytes(1000))
+    with pytest.raises(InvalidArgument, match="not a writable buffer"):
+        client.kv.get_into("read-only", 12345)
+    assert client.kv.get("read-only") == b"x" * 1000
