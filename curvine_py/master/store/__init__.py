@@ -1,0 +1,1 @@
+"""The master's SQLite store, one module per concern; master/namespace.py composes them."""

@@ -1,0 +1,121 @@
+"""File blocks: allocation (AddBlock chooses the workers), the close-to-open commit, locations, and
+the expiry of blocks allocated but never committed.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from curvine_py.core.errors import (
+    InvalidArgument,
+    Unavailable,
+)
+from curvine_py.master import placement
+from curvine_py.master.store.db import MAX_ID, _u64_from_db, _u64_to_db
+from curvine_py.master.store.policy import Policies
+from curvine_py.master.types import (
+    AddedBlock,
+    Attr,
+    BlockInfo,
+    FileBlocks,
+    WorkerInfo,
+)
+
+
+class Blocks(Policies):
+    """Block allocation and commit."""
+
+    def _locations(self, block_id: int) -> list[str]:
+        return [row[0] for row in self._db.execute(
+            "SELECT worker_id FROM locations WHERE block_id=? ORDER BY worker_id", (block_id,))]
+
+    def get_blocks(self, ino: int, live: set[str] | None = None) -> FileBlocks:
+        """Attr, committed blocks by index, effective policy. With `live`, locations on workers that
+        are not live are left out (a reader would only time out on them)."""
+        attr = self._regular(ino)
+        blocks = []
+        for index, block_id, length, checksum in self._db.execute(
+                "SELECT idx, block_id, length, checksum FROM blocks WHERE ino=? ORDER BY idx", (ino,)).fetchall():
+            workers = self._locations(block_id)
+            if live is not None:
+                workers = [w for w in workers if w in live]
+            blocks.append(BlockInfo(index, block_id, length, _u64_from_db(checksum), tuple(workers)))
+        return FileBlocks(attr, tuple(blocks), self.effective_policy(ino))
+
+    def add_block(self, ino: int, index: int, client_node: str, live: Sequence[WorkerInfo]) -> AddedBlock:
+        """Allocates a new block id for `index` of a file and chooses the workers to write it to.
+        Nothing is visible to readers before `commit_file`."""
+        if not 0 <= index < (1 << 32):
+            raise InvalidArgument(f"block index {index} out of range")
+        with self.transaction():
+            attr = self._regular(ino)
+            policy = self.effective_policy(ino)
+            count = placement.replica_count(policy.storage_class, policy.replicas, len(live),
+                                            self.durable_replicas)
+            if count == 0:
+                raise Unavailable("no live workers to place a block on")
+            row = self._db.execute("UPDATE meta SET value = value + 1 WHERE key='next_block_id' "
+                                   "RETURNING value - 1").fetchone()
+            block_id = int(row[0])
+            workers = placement.choose_workers(block_id, live, count, policy.placement, client_node)
+            self._db.execute("INSERT INTO open_blocks (block_id, ino, idx, workers, created_ms) "
+                             "VALUES (?, ?, ?, ?, ?)",
+                             (block_id, ino, index, ",".join(workers), self._now() // 1_000_000))
+            return AddedBlock(block_id, tuple(workers), policy.storage_class, policy.ttl_ms,
+                              attr.block_size or self.block_size)
+
+    def commit_file(self, ino: int, size: int, blocks: Sequence[BlockInfo] = (),
+                    set_mtime: bool = True) -> Attr:
+        """Close-to-open: makes the blocks written since open (replacing the same indexes) and the
+        size visible. Replaced blocks go to pending deletion on their workers. Re-committing an
+        already committed block is a no-op (a retried call)."""
+        if not 0 <= size <= MAX_ID:
+            raise InvalidArgument(f"size {size} out of range")
+        with self.transaction():
+            attr = self._regular(ino)
+            block_size = attr.block_size or self.block_size
+            for block in blocks:
+                if block.length > block_size:
+                    raise InvalidArgument(f"block {block.block_id} longer than the block size {block_size}")
+                if not 0 < block.block_id <= MAX_ID:
+                    raise InvalidArgument(f"unknown block {block.block_id}")
+                opened = self._db.execute("SELECT ino, idx, workers FROM open_blocks WHERE block_id=?",
+                                          (block.block_id,)).fetchone()
+                if opened is None:
+                    done = self._db.execute("SELECT ino, idx FROM blocks WHERE block_id=?",
+                                            (block.block_id,)).fetchone()
+                    if done is not None and tuple(done) == (ino, block.index):
+                        continue
+                    raise InvalidArgument(f"block {block.block_id} was not allocated for inode {ino}")
+                if (int(opened[0]), int(opened[1])) != (ino, block.index):
+                    raise InvalidArgument(f"block {block.block_id} was allocated for another file/index")
+                old = self._db.execute("SELECT block_id FROM blocks WHERE ino=? AND idx=?",
+                                       (ino, block.index)).fetchone()
+                if old is not None:
+                    self._drop_block(int(old[0]))
+                self._db.execute("INSERT INTO blocks (ino, idx, block_id, length, checksum, committed_ms) "
+                                 "VALUES (?, ?, ?, ?, ?, ?)",
+                                 (ino, block.index, block.block_id, block.length, _u64_to_db(block.checksum),
+                                  self._now() // 1_000_000))
+                workers = block.worker_ids or tuple(w for w in str(opened[2]).split(",") if w)
+                self._db.executemany("INSERT OR IGNORE INTO locations (block_id, worker_id) VALUES (?, ?)",
+                                     [(block.block_id, w) for w in workers])
+                self._db.execute("DELETE FROM open_blocks WHERE block_id=?", (block.block_id,))
+            if size < attr.size or blocks:
+                self._truncate_blocks(ino, size, block_size)
+            now = self._now()
+            if set_mtime:
+                self._db.execute("UPDATE inodes SET size=?, mtime_ns=?, ctime_ns=? WHERE ino=?",
+                                 (size, now, now, ino))
+            elif size != attr.size:
+                self._db.execute("UPDATE inodes SET size=?, ctime_ns=? WHERE ino=?", (size, now, ino))
+            return self._get(ino)
+
+    def expire_open_blocks(self, max_age_ms: int) -> int:
+        """Blocks allocated but never committed (the writer died) are given up after `max_age_ms`."""
+        with self.transaction():
+            cutoff = self._now() // 1_000_000 - max_age_ms
+            rows = self._db.execute("SELECT block_id, workers FROM open_blocks WHERE created_ms < ?",
+                                    (cutoff,)).fetchall()
+            for block_id, workers in rows:
+                self._drop_open_block(int(block_id), workers)
+            return len(rows)

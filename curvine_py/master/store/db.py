@@ -1,0 +1,186 @@
+"""The master database's connection and transactions: WAL with synchronous=FULL, BEGIN IMMEDIATE ..
+COMMIT per mutation (a SAVEPOINT inside an open transaction or a group-commit batch), the meta table
+(cluster id, epoch, block id counter, lease marker), and the uint64 <-> SQLite integer helpers.
+"""
+from __future__ import annotations
+
+import logging
+import pathlib
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from curvine_py.core.errors import (
+    CurvineError,
+    InvalidArgument,
+)
+from curvine_py.master.store.schema import _SCHEMA, SCHEMA_VERSION
+from curvine_py.master.types import (
+    ROOT_INO,
+    FileType,
+    StorageClass,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_ID = (1 << 63) - 1
+_IN_CHUNK = 500                  # ids per `IN (...)` (SQLite's variable limit is 32766; stay small)
+
+
+def _u64_to_db(value: int) -> int:
+    return value - (1 << 64) if value > MAX_ID else value
+
+
+def _u64_from_db(value: int) -> int:
+    return value + (1 << 64) if value < 0 else value
+
+
+def _chunks(items: Sequence[int], size: int = _IN_CHUNK) -> Iterator[Sequence[int]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+class Database:
+    """The connection and its settings. Open with a path to the SQLite file (created, with the root,
+    if new)."""
+
+    def __init__(self, path: str, *, block_size: int = 64 << 20,
+                 root_class: StorageClass = StorageClass.DURABLE, durable_replicas: int = 2,
+                 clock_ns: Callable[[], int] = time.time_ns, read_only: bool = False,
+                 unlink_grace_ms: int = 0) -> None:
+        if root_class == StorageClass.UNSPECIFIED:
+            raise InvalidArgument("the root storage class must be cache or durable")
+        self.path = path
+        self.block_size = block_size
+        self.root_class = root_class
+        self.durable_replicas = durable_replicas
+        self._clock_ns = clock_ns
+        # A file that lost its last name stays readable this long, so a reader on another node
+        # (whose open this master does not know of) can finish; then expire_orphans frees it.
+        self.unlink_grace_ns = unlink_grace_ms * 1_000_000
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves (the module's implicit transactions
+        # would commit at surprising points). check_same_thread=False: created by main, used only by
+        # the store thread (or, for a reader, the thread serving reads) afterwards.
+        if read_only:
+            self._db = sqlite3.connect(f"{pathlib.Path(path).absolute().as_uri()}?mode=ro", uri=True,
+                                       isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA query_only=ON")
+            # One reader per handler thread (up to 32): a smaller page cache each, so their sum
+            # stays bounded; the OS page cache holds the file for all of them anyway.
+            self._db.execute("PRAGMA cache_size=-8192")   # 8 MiB
+            return
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=OFF")
+        self._db.execute("PRAGMA temp_store=MEMORY")
+        self._db.execute("PRAGMA cache_size=-65536")   # 64 MiB page cache
+        mode = self._db.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise CurvineError(f"{path}: SQLite refused WAL mode ({mode})")
+        self._init_schema()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One consistent read: a deferred transaction, so a multi-statement read (a path walk, a
+        file's blocks) never mixes two commits."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _init_schema(self) -> None:
+        with self.transaction():
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+            have = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if have is None:
+                now = self._now()
+                self._db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
+                    ("schema_version", SCHEMA_VERSION), ("cluster_id", uuid.uuid4().hex),
+                    ("next_block_id", 1), ("epoch", 0)])
+                self._db.execute(
+                    "INSERT INTO inodes (ino, type, mode, uid, gid, nlink, atime_ns, mtime_ns, ctime_ns,"
+                    " block_size, parent, p_class, p_replicas, p_ttl_ms, p_block_size, p_placement,"
+                    " p_compress) VALUES (?, ?, ?, 0, 0, 2, ?, ?, ?, ?, 0, ?, 0, 0, 0, '', 0)",
+                    (ROOT_INO, int(FileType.DIRECTORY), 0o755, now, now, now, self.block_size,
+                     int(self.root_class)))
+                log.info("created namespace %s", self.path)
+            elif int(have[0]) != SCHEMA_VERSION:
+                raise CurvineError(f"{self.path}: schema version {have[0]}, expected {SCHEMA_VERSION}")
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One atomic unit: BEGIN IMMEDIATE .. COMMIT, or a SAVEPOINT when a transaction (an outer
+        operation or a group-commit `batch()`) is already open, so a failure rolls back only itself."""
+        if self._db.in_transaction:
+            self._db.execute("SAVEPOINT op")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK TO op")
+                self._db.execute("RELEASE op")
+                raise
+            self._db.execute("RELEASE op")
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group commit: the operations run inside share one COMMIT (one fsync). The caller must not
+        reply to any of them before this block has exited without an exception."""
+        if self._db.in_transaction:
+            raise RuntimeError("batch() inside a transaction")
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _now(self) -> int:
+        return self._clock_ns()
+
+    def _meta(self, key: str) -> int | str:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        if row is None:
+            raise CurvineError(f"missing meta key {key}")
+        value: int | str = row[0]
+        return value
+
+    def _set_meta(self, key: str, value: int | str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    @property
+    def cluster_id(self) -> str:
+        return str(self._meta("cluster_id"))
+
+    def epoch(self) -> int:
+        return int(self._meta("epoch"))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Call inside a transaction (Membership does, together with the worker rows)."""
+        self._set_meta("epoch", epoch)
+
+    def lease_marker(self) -> int:
+        """The term (ms) of directory leases granted by a master on this store since the marker was
+        last cleared; 0 when none were."""
+        row = self._db.execute("SELECT value FROM meta WHERE key='dir_lease_term_ms'").fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def set_lease_marker(self, term_ms: int) -> None:
+        self._set_meta("dir_lease_term_ms", term_ms)

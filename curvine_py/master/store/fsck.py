@@ -1,0 +1,68 @@
+"""Totals (counts, statfs) and the consistency check of the metadata (fsck of the namespace).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from curvine_py.master.store.db import Database
+from curvine_py.master.types import (
+    NamespaceCounts,
+    StatFs,
+    WorkerInfo,
+)
+
+
+class Checks(Database):
+    """Counts and checks over the whole database."""
+
+    def counts(self) -> NamespaceCounts:
+        files, dirs, inodes = self._db.execute(
+            "SELECT COALESCE(SUM(type=1), 0), COALESCE(SUM(type=2), 0), COUNT(*) FROM inodes").fetchone()
+        blocks = self._db.execute("SELECT COUNT(*) FROM blocks").fetchone()[0]
+        return NamespaceCounts(int(files), int(dirs), int(blocks), int(inodes))
+
+    def inode_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM inodes").fetchone()[0])
+
+    def statfs(self, live: Sequence[WorkerInfo], inodes: int | None = None) -> StatFs:
+        """`inodes`: the count, when the caller took it elsewhere (see Membership.report)."""
+        inodes = inodes if inodes is not None else self.inode_count()
+        return StatFs(capacity=sum(w.capacity for w in live), used=sum(w.used for w in live),
+                      available=sum(w.available for w in live), files=inodes, block_size=self.block_size)
+
+    def check(self) -> list[str]:
+        """Consistency check (fsck of the namespace): returns the problems found, [] when sound."""
+        problems: list[str] = []
+        q = self._db.execute
+        for (ino,) in q("SELECT DISTINCT d.ino FROM dentries d LEFT JOIN inodes i ON i.ino = d.ino "
+                        "WHERE i.ino IS NULL"):
+            problems.append(f"dentry points to missing inode {ino}")
+        for (parent,) in q("SELECT DISTINCT d.parent FROM dentries d LEFT JOIN inodes i ON i.ino = d.parent "
+                           "WHERE i.ino IS NULL OR i.type != 2"):
+            problems.append(f"dentry under missing or non-directory inode {parent}")
+        for ino, nlink in q("SELECT i.ino, i.nlink FROM inodes i WHERE i.type != 2 AND i.nlink != "
+                            "(SELECT COUNT(*) FROM dentries d WHERE d.ino = i.ino)"):
+            problems.append(f"inode {ino}: nlink {nlink} does not match its names")
+        for ino, nlink in q("SELECT i.ino, i.nlink FROM inodes i WHERE i.type = 2 AND i.nlink != 2 + "
+                            "(SELECT COUNT(*) FROM dentries d JOIN inodes c ON c.ino = d.ino "
+                            "WHERE d.parent = i.ino AND c.type = 2)"):
+            problems.append(f"directory {ino}: nlink {nlink} does not match its subdirectories")
+        for ino, count in q("SELECT d.ino, COUNT(*) FROM dentries d JOIN inodes i ON i.ino = d.ino "
+                            "WHERE i.type = 2 GROUP BY d.ino HAVING COUNT(*) > 1"):
+            problems.append(f"directory {ino} has {count} names")
+        for (ino,) in q("SELECT i.ino FROM inodes i WHERE i.ino != 1 AND i.orphan = 0 AND NOT EXISTS "
+                        "(SELECT 1 FROM dentries d WHERE d.ino = i.ino)"):
+            problems.append(f"inode {ino} is unreachable and not an orphan")
+        for (ino,) in q("SELECT i.ino FROM inodes i WHERE i.type = 2 AND i.ino != 1 AND NOT EXISTS "
+                        "(SELECT 1 FROM dentries d WHERE d.ino = i.ino AND d.parent = i.parent)"):
+            problems.append(f"directory {ino}: parent column does not match its dentry")
+        for (block_id,) in q("SELECT b.block_id FROM blocks b LEFT JOIN inodes i ON i.ino = b.ino "
+                             "WHERE i.ino IS NULL"):
+            problems.append(f"block {block_id} of a missing inode")
+        for (block_id,) in q("SELECT l.block_id FROM locations l WHERE NOT EXISTS "
+                             "(SELECT 1 FROM blocks b WHERE b.block_id = l.block_id)"):
+            problems.append(f"location of unknown block {block_id}")
+        for (ino,) in q("SELECT DISTINCT x.ino FROM xattrs x LEFT JOIN inodes i ON i.ino = x.ino "
+                        "WHERE i.ino IS NULL"):
+            problems.append(f"xattrs of missing inode {ino}")
+        return problems

@@ -1,0 +1,97 @@
+"""Block reports and pending deletions: a worker's full report reconciled against the block
+table, deletions handed out to workers, locations dropped by eviction or corruption.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from curvine_py.master.store.db import MAX_ID, _chunks
+from curvine_py.master.store.policy import Policies
+from curvine_py.master.types import (
+    Evicted,
+    StorageClass,
+)
+
+REPORT_GRACE_MS = 60_000         # a block report may predate a commit by this much (see reconcile)
+
+
+class BlockReports(Policies):
+    """What workers tell the master about the blocks they hold."""
+
+    def reconcile_blocks(self, worker_id: str, block_ids: Iterable[int]) -> list[int]:
+        """A worker's full block report at registration. Known blocks get this worker as a location,
+        locations the worker no longer has are dropped (not those committed in the last
+        REPORT_GRACE_MS: the report may predate them), and the ids to delete on it are returned:
+        the unknown ones. Its pending deletions are cleared: a freed block it still has is unknown
+        now, so it is in the answer anyway."""
+        reported = sorted({b for b in block_ids})
+        with self.transaction():
+            self._db.execute("CREATE TEMP TABLE IF NOT EXISTS reported (block_id INTEGER PRIMARY KEY)")
+            self._db.execute("DELETE FROM temp.reported")
+            self._db.executemany("INSERT INTO temp.reported (block_id) VALUES (?)",
+                                 [(b,) for b in reported if 0 < b <= MAX_ID])
+            unknown = [b for b in reported if not 0 < b <= MAX_ID]
+            unknown += [row[0] for row in self._db.execute(
+                "SELECT r.block_id FROM temp.reported r WHERE NOT EXISTS "
+                "(SELECT 1 FROM blocks b WHERE b.block_id = r.block_id) AND NOT EXISTS "
+                "(SELECT 1 FROM open_blocks o WHERE o.block_id = r.block_id)")]
+            # A location the worker does not report is gone, unless the block was committed so
+            # recently that the report may have been taken before the block was stored.
+            self._db.execute("DELETE FROM locations WHERE worker_id=? AND block_id NOT IN "
+                             "(SELECT block_id FROM temp.reported) AND block_id NOT IN "
+                             "(SELECT block_id FROM blocks WHERE committed_ms > ?)",
+                             (worker_id, self._now() // 1_000_000 - REPORT_GRACE_MS))
+            self._db.execute("INSERT OR IGNORE INTO locations (block_id, worker_id) "
+                             "SELECT r.block_id, ? FROM temp.reported r JOIN blocks b ON b.block_id = r.block_id",
+                             (worker_id,))
+            # A freed block this worker reports is already in `unknown`; the rest of its pending
+            # deletions are blocks it does not have any more: nothing to do for those.
+            self._db.execute("DELETE FROM deletions WHERE worker_id=?", (worker_id,))
+            self._db.execute("DELETE FROM temp.reported")
+            return sorted(set(unknown))
+
+    def take_deletions(self, worker_id: str, limit: int = 100_000) -> list[int]:
+        """Pending deletions for a worker, removed as they are handed out (a lost reply only leaks
+        until the worker's next registration, whose reconcile finds them unknown)."""
+        with self.transaction():
+            ids = [int(r[0]) for r in self._db.execute(
+                "SELECT block_id FROM deletions WHERE worker_id=? ORDER BY block_id LIMIT ?",
+                (worker_id, limit)).fetchall()]
+            for chunk in _chunks(ids):
+                self._db.execute(f"DELETE FROM deletions WHERE worker_id=? AND block_id IN "
+                                 f"({','.join('?' * len(chunk))})", (worker_id, *chunk))
+            return ids
+
+    def drop_locations(self, worker_id: str, block_ids: Iterable[int], *, unlink_cache: bool) -> Evicted:
+        """A worker evicted (or found bad) these blocks. With `unlink_cache`, a file in a cache-class
+        directory that is left with a block without any copy is unlinked (all its names) and freed,
+        so a reader sees a clean miss instead of an I/O error."""
+        ids = sorted({b for b in block_ids if 0 < b <= MAX_ID})
+        if not ids:
+            return Evicted()
+        with self.transaction():
+            removed = 0
+            orphaned: set[int] = set()
+            for chunk in _chunks(ids):
+                marks = ",".join("?" * len(chunk))
+                removed += self._db.execute(f"DELETE FROM locations WHERE worker_id=? AND block_id IN ({marks})",
+                                            (worker_id, *chunk)).rowcount
+                if unlink_cache:
+                    orphaned.update(int(r[0]) for r in self._db.execute(
+                        f"SELECT b.ino FROM blocks b WHERE b.block_id IN ({marks}) AND NOT EXISTS "
+                        "(SELECT 1 FROM locations l WHERE l.block_id = b.block_id)", chunk))
+            class_of_dir: dict[int, StorageClass] = {}
+            unlinked = []
+            for ino in sorted(orphaned):
+                directory = self._policy_dir(ino)
+                if directory not in class_of_dir:
+                    class_of_dir[directory] = self._effective(directory)[0].storage_class
+                if class_of_dir[directory] == StorageClass.CACHE:
+                    self._unlink_everywhere(ino)
+                    unlinked.append(ino)
+            return Evicted(removed, tuple(unlinked))
+
+    def pending_deletions(self, worker_id: str) -> list[int]:
+        """For tests and fsck: what would be handed to the worker (without taking it)."""
+        return [int(r[0]) for r in self._db.execute(
+            "SELECT block_id FROM deletions WHERE worker_id=? ORDER BY block_id", (worker_id,))]
