@@ -64,7 +64,8 @@ from curvine_py.core.errors import (
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 from curvine_py.rpc.auth import token_matches
 from curvine_py.transport import blocking
-from curvine_py.worker.store import Store, StoredFile
+from curvine_py.worker.store import Store
+from curvine_py.worker.storedfile import StoredFile
 
 log = logging.getLogger(__name__)
 

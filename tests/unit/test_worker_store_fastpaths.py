@@ -168,7 +168,7 @@ def test_store_writes_use_temp_files_made_ahead(tmp_path: pathlib.Path, monkeypa
             inline.append(tmp_dir)
             return original(tmp_dir, mode)
 
-        monkeypatch.setattr("curvine_py.worker.store.create_temp", counting)
+        monkeypatch.setattr("curvine_py.worker.writes.create_temp", counting)
         data = os.urandom(MiB + 1)
         assert store.put_object("a", data) is True
         assert read_all(store, "a") == data
