@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(fuse3 libfuse3-dev pkg-config gcc python3-dev iproute2 nftables redis-server fio psmisc)
+APT_PACKAGES=(fuse3 libfuse3-dev pkg-config gcc python3-dev iproute2 nftables redis-server fio psmisc
+              chromium chromium-driver)   # chromium: the status page's browser tests (tests/web)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -18,7 +19,7 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null
-.venv/bin/pip install -q -e '.[test]'
+.venv/bin/pip install -q -e '.[test,bench]'
 
 if [ "${CURVINE_WITH_LMCACHE:-0}" = "1" ]; then
   .venv/bin/pip install -q torch==2.13.0
