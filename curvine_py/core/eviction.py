@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from curvine_py.proto.curvine.v1.common_pb2 import DURABLE
-
 DEFAULT_HIGH_WATERMARK = 0.90
 DEFAULT_LOW_WATERMARK = 0.75
 
@@ -21,7 +19,7 @@ class Candidate:
     name: str
     size: int
     last_access_ms: int
-    storage_class: int
+    durable: bool            # durable-class data is never evicted (only its explicit TTL removes it)
     expires_at_ms: int = 0   # 0 = no TTL
     pinned: bool = False
 
@@ -36,7 +34,7 @@ def choose_victims(candidates: Iterable[Candidate], *, used: int, capacity: int,
     """Names to delete, in order. `extra_needed` asks for room for an incoming write."""
     if not 0 < low <= high <= 1:
         raise ValueError(f"watermarks must satisfy 0 < low <= high <= 1, got {low}, {high}")
-    evictable = [c for c in candidates if c.storage_class != DURABLE and not c.pinned]
+    evictable = [c for c in candidates if not c.durable and not c.pinned]
     victims = [c for c in evictable if expired(c, now_ms)]
     remaining = used + extra_needed - sum(c.size for c in victims)
     if remaining <= high * capacity:

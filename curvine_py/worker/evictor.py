@@ -4,15 +4,22 @@ the usage, LRU above the high watermark down to the low one) and on demand when 
 Durable entries and pinned entries (EXISTS pin=true, inside the grace period) are never chosen.
 Readers that already hold a file open keep reading it after an eviction (Linux unlink semantics).
 Evicted blocks are queued in the store and reported to the master by the next heartbeat.
+
+Error handling: a pass that fails (a data dir that cannot be stat'ed, a bug) is logged, rate-limited
+(throttle.py), and the next pass runs as usual; `failures` counts the passes that failed in a row.
+The loop's clock is injected (`clock`: monotonic seconds, for the log throttle); tests call `tick()`
+instead of running the thread.
 """
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from curvine_py.core.eviction import choose_victims
-from curvine_py.proto.curvine.v1.common_pb2 import DURABLE
 from curvine_py.worker.store import Store
+from curvine_py.worker.throttle import DEFAULT_INTERVAL_S as LOG_INTERVAL_S
+from curvine_py.worker.throttle import LogThrottle, Monotonic
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +27,8 @@ DEFAULT_INTERVAL_S = 1.0   # TTL granularity; cheap: a pass over the in-memory i
 
 
 class Evictor:
-    def __init__(self, store: Store, *, high: float, low: float, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(self, store: Store, *, high: float, low: float, interval_s: float = DEFAULT_INTERVAL_S,
+                 clock: Monotonic = time.monotonic, log_interval_s: float = LOG_INTERVAL_S) -> None:
         if not 0 < low <= high <= 1:
             raise ValueError(f"watermarks must satisfy 0 < low <= high <= 1, got {low}, {high}")
         self._store = store
@@ -29,6 +37,8 @@ class Evictor:
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._throttle = LogThrottle(log_interval_s, clock)
+        self.failures = 0   # passes that failed in a row
         store.attach_reclaimer(self.make_room)
 
     def make_room(self, dir_index: int, needed: int) -> int:
@@ -39,7 +49,7 @@ class Evictor:
         with store.lock:
             used, capacity = store.dirs[dir_index].pressure()
             candidates = store.candidates(dir_index)
-            evictable = sum(c.size for c in candidates if c.storage_class != DURABLE and not c.pinned)
+            evictable = sum(c.size for c in candidates if not c.durable and not c.pinned)
             if used + needed - evictable > capacity:
                 return 0
             victims = choose_victims(candidates, used=used, capacity=capacity, now_ms=store.clock(),
@@ -81,9 +91,24 @@ class Evictor:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
+    def tick(self) -> int:
+        """One pass of the background loop: `run_once`, whose failure is logged (rate-limited) and
+        counted instead of ending the loop. Returns entries evicted."""
+        try:
+            evicted = self.run_once()
+        except Exception:
+            self.failures += 1
+            suppressed = self._throttle.allow("pass")
+            if suppressed is not None:
+                log.exception("eviction pass failed (%d in a row, %d similar lines suppressed)",
+                              self.failures, suppressed)
+            return 0
+        if self.failures:
+            log.info("eviction passes work again after %d failed ones", self.failures)
+            self._throttle.reset("pass")
+            self.failures = 0
+        return evicted
+
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
-            try:
-                self.run_once()
-            except Exception:
-                log.exception("eviction pass failed")
+            self.tick()

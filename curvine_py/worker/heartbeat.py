@@ -6,12 +6,18 @@ master is down the worker keeps serving data and retries with capped exponential
 reports that could not be delivered are kept for the next beat. The master may answer
 `reregister` (it lost track of us, e.g. our lease expired): we register again with the inventory.
 Blocks the master no longer references (`delete_block_ids`) are deleted locally.
+
+Time is injected: `step()` is one round of the loop and returns how long to wait before the next
+(the thread only waits and steps), failures are logged through a throttle on the injected
+monotonic `clock` (first failure at once, then at most one line per LOG_INTERVAL_S), and the
+backoff jitter comes from an injected `random.Random`, so tests run the loop with a fake clock.
 """
 from __future__ import annotations
 
 import logging
 import random
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +30,8 @@ from curvine_py.rpc.auth import call_metadata
 from curvine_py.rpc.errors import from_rpc_error
 from curvine_py.worker.server import WorkerState
 from curvine_py.worker.store import Store
+from curvine_py.worker.throttle import DEFAULT_INTERVAL_S as LOG_INTERVAL_S
+from curvine_py.worker.throttle import LogThrottle, Monotonic
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +58,8 @@ class Advertised:
 
 class Heartbeater:
     def __init__(self, store: Store, state: WorkerState, advertised: Advertised, *, master: str, token: str,
-                 rpc_timeout_s: float = RPC_TIMEOUT_S) -> None:
+                 rpc_timeout_s: float = RPC_TIMEOUT_S, clock: Monotonic = time.monotonic,
+                 rng: random.Random | None = None, log_interval_s: float = LOG_INTERVAL_S) -> None:
         self._store = store
         self._state = state
         self._advertised = advertised
@@ -65,6 +74,10 @@ class Heartbeater:
         self._needs_register = True
         self.interval_s = DEFAULT_INTERVAL_MS / 1000
         self.cluster_id = ""
+        self._throttle = LogThrottle(log_interval_s, clock)
+        self._rng = rng or random.Random()
+        self.failures = 0   # calls that failed in a row
+        self._backoff = BACKOFF_START_S
 
     def worker_info(self) -> master_pb2.WorkerInfo:
         usage = self._store.usage()
@@ -126,34 +139,40 @@ class Heartbeater:
             self._thread.join(timeout=self._timeout + 1)
         self._channel.close()
 
+    def step(self) -> float:
+        """One round of the loop: register (when needed) or beat. Returns the seconds to wait
+        before the next round: the master's interval, or a jittered, capped exponential backoff
+        after a failure (the worker keeps serving data meanwhile)."""
+        try:
+            if self._needs_register:
+                self.register()
+            else:
+                self.beat()
+        except grpc.RpcError as exc:
+            error = from_rpc_error(exc)
+            if isinstance(error, NotFound):
+                self._needs_register = True   # the master does not know this worker
+            return self._failed(str(error), with_traceback=False)
+        except Exception as exc:  # noqa: BLE001 (the loop outlives any failure; logged with its traceback)
+            return self._failed(f"internal error: {exc}", with_traceback=True)
+        if self.failures:
+            log.info("master %s reachable again after %d failed calls", self._master, self.failures)
+            self._throttle.reset("master")
+        self.failures, self._backoff = 0, BACKOFF_START_S
+        return 0.0 if self._needs_register else self.interval_s
+
+    def _failed(self, error: str, *, with_traceback: bool) -> float:
+        self.failures += 1
+        suppressed = self._throttle.allow("master")
+        if suppressed is not None:
+            log.warning("master %s: %s failed (%d in a row, %d similar lines suppressed): %s", self._master,
+                        "registration" if self._needs_register else "heartbeat", self.failures, suppressed,
+                        error, exc_info=with_traceback)
+        delay = self._backoff * self._rng.uniform(0.5, 1.0)
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
+        return delay
+
     def _run(self) -> None:
-        backoff = BACKOFF_START_S
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                if self._needs_register:
-                    self.register()
-                else:
-                    self.beat()
-            except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                if isinstance(error, NotFound):
-                    self._needs_register = True   # the master does not know this worker
-                failures += 1
-                # Log the first failure and then every tenth: a master outage must not flood logs.
-                if failures == 1 or failures % 10 == 0:
-                    log.warning("master %s: %s failed (%d in a row): %s", self._master,
-                                "registration" if self._needs_register else "heartbeat", failures, error)
-                self._stop.wait(backoff * random.uniform(0.5, 1.0))
-                backoff = min(backoff * 2, BACKOFF_MAX_S)
-                continue
-            except Exception:
-                log.exception("heartbeat loop error")
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX_S)
-                continue
-            if failures:
-                log.info("master %s reachable again after %d failed calls", self._master, failures)
-            failures, backoff = 0, BACKOFF_START_S
-            if not self._needs_register:
-                self._stop.wait(self.interval_s)
+        delay = 0.0
+        while not self._stop.wait(delay):
+            delay = self.step()

@@ -154,7 +154,7 @@ class Inventory:
 
     def candidates(self, dir_index: int) -> list[Candidate]:
         now = self._clock()
-        return [Candidate(e.name, e.size, e.last_access_ms, e.storage_class, e.expires_at_ms,
+        return [Candidate(e.name, e.size, e.last_access_ms, e.storage_class == DURABLE, e.expires_at_ms,
                           e.pinned_until_ms > now)
                 for e in self._entries.values() if e.dir_index == dir_index]
 

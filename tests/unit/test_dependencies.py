@@ -23,8 +23,6 @@ ROLES = {"master", "worker", "fuse", "lmcache", "csi", "cli", "bench"}
 KNOWN_DEBT: dict[tuple[str, str], str] = {
     ("core/frames.py", "curvine_py.proto.curvine.v1.data_pb2"):
         "the data-plane header is still the protobuf DataHeader (issue 9, item 1)",
-    ("core/eviction.py", "curvine_py.proto.curvine.v1.common_pb2"):
-        "storage classes are still the protobuf enum (issue 9, item 1)",
 }
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 import pytest
 
 from curvine_py.core.eviction import Candidate, choose_victims
-from curvine_py.proto.curvine.v1.common_pb2 import CACHE, DURABLE
 
 
-def c(name: str, size: int = 10, access: int = 0, cls: int = CACHE, expires: int = 0, pinned: bool = False) -> Candidate:
-    return Candidate(name, size, access, cls, expires, pinned)
+def c(name: str, size: int = 10, access: int = 0, durable: bool = False, expires: int = 0, pinned: bool = False) -> Candidate:
+    return Candidate(name, size, access, durable, expires, pinned)
 
 
 def names(victims: list[Candidate]) -> list[str]:
@@ -25,7 +24,7 @@ def test_lru_down_to_the_low_watermark() -> None:
 
 
 def test_durable_and_pinned_are_never_victims() -> None:
-    items = [c("d", cls=DURABLE, access=0), c("p", pinned=True, access=1), c("x", access=5)]
+    items = [c("d", durable=True, access=0), c("p", pinned=True, access=1), c("x", access=5)]
     assert names(choose_victims(items, used=100, capacity=100, now_ms=0)) == ["x"]
 
 

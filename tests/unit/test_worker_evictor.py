@@ -2,8 +2,11 @@
 reports for the master."""
 from __future__ import annotations
 
+import logging
 import pathlib
 import time
+
+import pytest
 
 from curvine_py.proto.curvine.v1.common_pb2 import CACHE, DURABLE
 from curvine_py.worker.evictor import Evictor
@@ -132,4 +135,41 @@ def test_a_rewritten_entry_keeps_its_new_ttl(tmp_path: pathlib.Path) -> None:
     assert evictor.run_once() == 0 and store.contains_block(8)
     clock.tick(10_000)
     assert evictor.run_once() == 1 and not store.contains_block(8)
+    store.close()
+
+
+class Monotonic:
+    """A fake monotonic clock in seconds, for the log throttle."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_failing_pass_is_logged_rate_limited_and_the_loop_keeps_running(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    clock, seconds = Clock(), Monotonic()
+    store = Store([(str(tmp_path / "d"), 100 * MiB)], clock=clock)
+    store.open()
+    evictor = Evictor(store, high=0.8, low=0.5, clock=seconds, log_interval_s=10)
+
+    def broken() -> tuple[int, int]:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(store.dirs[0], "disk", broken)
+    caplog.set_level(logging.INFO, logger="curvine_py.worker.evictor")
+    for _ in range(240):                  # 30 s of passes every 125 ms, all failing
+        assert evictor.tick() == 0
+        seconds.now += 0.125
+    failed = [r for r in caplog.records if "eviction pass failed" in r.getMessage()]
+    assert evictor.failures == 240 and len(failed) == 3          # at 0 s, 10 s, 20 s: not 240 lines
+    assert "79 similar lines suppressed" in failed[-1].getMessage() and failed[0].exc_info is not None
+    monkeypatch.undo()                    # the disk is back: the next pass works and says so
+    store.put_object("ttl", b"x", ttl_ms=5)
+    clock.tick(5)
+    assert evictor.tick() == 1 and evictor.failures == 0
+    assert any("work again after 240" in r.getMessage() for r in caplog.records)
+    assert store.exists(["ttl"]) == 0
     store.close()

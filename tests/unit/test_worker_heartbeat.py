@@ -2,7 +2,9 @@
 what the worker sends, what it applies, and how it survives a master outage."""
 from __future__ import annotations
 
+import logging
 import pathlib
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -106,7 +108,10 @@ def test_register_sends_identity_usage_and_inventory(store: Store) -> None:
         server.stop(None)
 
 
-def test_heartbeat_reports_evictions_and_applies_deletes(store: Store) -> None:
+def test_heartbeat_reports_evictions_and_applies_deletes(tmp_path: pathlib.Path) -> None:
+    now = [5_000]
+    store = Store([(str(tmp_path / "d"), 64 * MiB)], clock=lambda: now[0])
+    store.open()
     fake = FakeMaster()
     server, port = serve(fake)
     state = WorkerState("w1")
@@ -116,7 +121,7 @@ def test_heartbeat_reports_evictions_and_applies_deletes(store: Store) -> None:
         beat.register()
         store.write_block(10, b"x", storage_class=CACHE, ttl_ms=1)
         store.write_block(11, b"y")
-        time.sleep(0.002)
+        now[0] += 1
         assert evictor.run_once() == 1
         fake.epoch = 8
         fake.delete_on_heartbeat = [11]
@@ -129,6 +134,7 @@ def test_heartbeat_reports_evictions_and_applies_deletes(store: Store) -> None:
     finally:
         beat.stop()
         server.stop(None)
+        store.close()
 
 
 def test_reports_survive_a_failed_heartbeat(store: Store) -> None:
@@ -160,22 +166,61 @@ def test_reports_survive_a_failed_heartbeat(store: Store) -> None:
         server.stop(None)
 
 
-def test_loop_retries_until_the_master_is_up_and_reregisters_when_told(store: Store) -> None:
+class Monotonic:
+    """A fake monotonic clock in seconds."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_steps_back_off_log_rate_limited_and_recover_with_a_fake_clock(
+        store: Store, caplog: pytest.LogCaptureFixture) -> None:
     fake = FakeMaster()
     server, port = serve(fake)
-    server.stop(None).wait()                      # a port that nobody serves yet
+    server.stop(None).wait()                      # a port that nobody serves yet: refused at once
+    seconds = Monotonic()
     beat = Heartbeater(store, WorkerState("w1"), advertised(), master=f"127.0.0.1:{port}", token="",
-                       rpc_timeout_s=0.5)
+                       rpc_timeout_s=0.5, clock=seconds, rng=random.Random(7), log_interval_s=10)
+    caplog.set_level(logging.INFO, logger="curvine_py.worker.heartbeat")
+    try:
+        delays = []
+        for _ in range(12):
+            delays.append(beat.step())
+            seconds.now += delays[-1]
+        caps = [min(0.1 * 2 ** i, 5.0) for i in range(12)]
+        assert all(cap / 2 <= delay <= cap for delay, cap in zip(delays, caps, strict=True))
+        assert not beat.registered.is_set() and beat.failures == 12
+        failed = [r for r in caplog.records if "registration failed" in r.getMessage()]
+        elapsed = seconds.now - 1000.0
+        assert 1 <= len(failed) <= 1 + elapsed // 10 < 12     # throttled: not a line per failure
+        assert "(1 in a row, 0 similar lines suppressed)" in failed[0].getMessage()
+        server, _ = serve(fake, port)
+        deadline = time.monotonic() + 15
+        while beat.step() != 0.02:                # the channel reconnects within its capped backoff
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert beat.registered.is_set() and beat.failures == 0 and len(fake.registrations) == 1
+        assert any("reachable again" in r.getMessage() for r in caplog.records)
+        assert beat.step() == 0.02 and len(fake.heartbeats) == 1
+        fake.reregister = True
+        assert beat.step() == 0.0                 # told to register again: at once
+        assert beat.step() == 0.02 and len(fake.registrations) == 2
+    finally:
+        beat.stop()
+        server.stop(None)
+
+
+def test_the_loop_thread_registers_and_beats(store: Store) -> None:
+    fake = FakeMaster()
+    server, port = serve(fake)
+    beat = Heartbeater(store, WorkerState("w1"), advertised(), master=f"127.0.0.1:{port}", token="")
     beat.start()
     try:
-        time.sleep(0.3)
-        assert not beat.registered.is_set()
-        server, _ = serve(fake, port)
         assert beat.registered.wait(15)
         fake.wait_for("heartbeats", 2)
-        fake.reregister = True
-        fake.wait_for("registrations", 2)
-        fake.wait_for("heartbeats", len(fake.heartbeats) + 1)
     finally:
         beat.stop()
         server.stop(None)
