@@ -29,6 +29,7 @@ from curvine_py.client.membership import MembershipCache
 from curvine_py.client.workerio import WorkerIO
 from curvine_py.core import frames, layout
 from curvine_py.core.errors import Corrupt, CurvineError, InvalidArgument, Timeout, Unavailable
+from curvine_py.core.rules import truncate_map, verifiable_range
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
@@ -378,12 +379,10 @@ class CurvineFile(io.RawIOBase):
 
     def _fetch_chunk(self, block: pb.BlockInfo, start: int, buffer: memoryview) -> memoryview:
         """One verified chunk of a stored block (clipped at the block's end) into `buffer`."""
-        chunk = layout.CHUNK_SIZE
-        want_end = min(block.length, start + chunk)
-        exact = want_end % chunk == 0 or (block.checksum != 0 and want_end == block.length)
-        if exact:
-            return self._store.read(block, start, want_end - start, buffer[:want_end - start])
-        return self._store.read(block, start, chunk, buffer, minimum=want_end - start)[:want_end - start]
+        wanted = verifiable_range(block.length, block.checksum != 0, start, layout.CHUNK_SIZE)
+        data = self._store.read(block, wanted.offset, wanted.length, buffer[:wanted.length],
+                                minimum=wanted.minimum)
+        return data[:wanted.minimum]
 
     def _from_ahead(self, block: pb.BlockInfo | None, inner: int, target: memoryview) -> bool:
         """Copies from a read-ahead chunk when one covers this piece; False to read it now."""
@@ -440,18 +439,12 @@ class CurvineFile(io.RawIOBase):
             target[stored:] = bytes(len(target) - stored)  # hole or beyond the block's end
         if stored == 0 or block is None:
             return
-        chunk = layout.CHUNK_SIZE
-        start = inner - inner % chunk
-        want_end = inner + stored
-        # Ask for whole chunks so every byte is verified; the worker clips the range at its stored
-        # end (which can lie beyond block.length after a truncate shortened the block).
-        exact = want_end % chunk == 0 or (block.checksum != 0 and want_end == block.length)
-        if start == inner and exact:
-            self._store.read(block, start, stored, target[:stored])  # straight into the caller's buffer
+        wanted = verifiable_range(block.length, block.checksum != 0, inner, stored)
+        if wanted.direct:
+            self._store.read(block, wanted.offset, wanted.length, target[:stored])  # into the caller's buffer
         else:
-            end = -(-want_end // chunk) * chunk
-            data = self._store.read(block, start, end - start, minimum=want_end - start)
-            target[:stored] = data[inner - start:inner - start + stored]
+            data = self._store.read(block, wanted.offset, wanted.length, minimum=wanted.minimum)
+            target[:stored] = data[wanted.skip:wanted.skip + stored]
 
     def pwrite(self, offset: int, data: bytes | bytearray | memoryview) -> int:
         if not self._writable:
@@ -611,7 +604,7 @@ class CurvineFile(io.RawIOBase):
         for index in [i for i, d in self._dirty.items() if d.length == self.block_size and d.upload is None]:
             if not self._write_behind:
                 dirty = self._dirty[index]
-                block = self._guarded(lambda: self._store.write(self.ino, index, dirty.buffer, self._node))
+                block = self._guarded(functools.partial(self._store.write, self.ino, index, dirty.buffer, self._node))
                 del self._dirty[index]
                 self._blocks[index] = block
                 self._uncommitted.append(block)
@@ -717,17 +710,17 @@ class CurvineFile(io.RawIOBase):
         (blocks past the end dropped, a straddling block shortened): no GetBlocks round trip."""
         self.attr = attr
         self.size = attr.size
-        first_gone = -(-attr.size // self.block_size)
-        for index in [i for i in self._blocks if i >= first_gone]:
-            del self._blocks[index]
-            self._drop_clean(index)
-        tail = attr.size % self.block_size
-        last = self._blocks.get(attr.size // self.block_size)
-        if tail and last is not None and last.length > tail:
-            shortened = pb.BlockInfo()
-            shortened.CopyFrom(last)
-            shortened.length, shortened.checksum = tail, 0
-            self._blocks[last.index] = shortened
+        plan = truncate_map(attr.size, self.block_size)
+        for index, block in list(self._blocks.items()):
+            length = plan.length_after(index, block.length)
+            if length is None:
+                del self._blocks[index]
+                self._drop_clean(index)
+            elif length != block.length:
+                shortened = pb.BlockInfo()
+                shortened.CopyFrom(block)
+                shortened.length, shortened.checksum = length, 0   # no longer the stored file's
+                self._blocks[index] = shortened
 
     def commit(self) -> None:
         """Writes dirty blocks and publishes size + block map at the master (close/fsync)."""
@@ -741,7 +734,7 @@ class CurvineFile(io.RawIOBase):
                 dirty = self._dirty[index]
                 length = min(dirty.length, max(0, self.size - index * self.block_size))
                 latest[index] = self._guarded(
-                    lambda: self._store.write(self.ino, index, dirty.buffer[:length], self._node))
+                    functools.partial(self._store.write, self.ino, index, dirty.buffer[:length], self._node))
             written = [latest[index] for index in sorted(latest)]
             attr = self._store.master.commit(self.ino, self.size, written)
             for block in written:
@@ -760,7 +753,7 @@ class CurvineFile(io.RawIOBase):
         something it never was (half new, half old or zeros)."""
         try:
             return write()
-        except Exception as exc:   # noqa: BLE001 - a bug fails the handle too, never a silent hole
+        except Exception as exc:   # a bug fails the handle too, never a silent hole
             self._fail(exc if isinstance(exc, CurvineError) else CurvineError(f"block write failed: {exc!r}"))
             raise self._failed from exc  # type: ignore[misc]
 
