@@ -72,13 +72,14 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal)
             nursery.start_soon(_announce, options)
-            nursery.start_soon(fs.keep_session)
+            nursery.start_soon(fs.session.run)
             await pyfuse3.main(min_tasks=2, max_tasks=options.max_tasks)
+            fs.session.stop()
             nursery.cancel_scope.cancel()
     finally:
         with trio.move_on_after(options.deadline_s) as scope:
             scope.shield = True
-            await fs.commit_all()
+            await fs.files.commit_all()
         still_mounted = mountpoint.is_mounted(options.mountpoint)
         pyfuse3.close(unmount=still_mounted)
         log.info("unmounted %s", options.mountpoint)

@@ -1,5 +1,5 @@
 """pyfuse3.Operations, kept thin: names bytes <-> str, FUSE <-> master inode numbers, attributes
--> EntryAttributes, lookup counting. The semantics live in filesystem.py; every handler is wrapped
+-> EntryAttributes, lookup counting. The semantics live in filesystem.py's parts; every handler is wrapped
 by errors.boundary, the only place exceptions become FUSEError.
 
 Lookup counts (pyfuse3's contract): every handler that replies an entry (lookup, create, mkdir,
@@ -20,7 +20,9 @@ import pyfuse3
 from curvine_py.core.errors import CurvineError, NotFound
 from curvine_py.fuse.attrs import InodeMap, Timeouts, entry_attributes, negative_entry
 from curvine_py.fuse.errors import boundary
-from curvine_py.fuse.filesystem import AttrChanges, Filesystem, kind_of
+from curvine_py.fuse.filesystem import Filesystem
+from curvine_py.fuse.nodes import kind_of
+from curvine_py.fuse.setattrs import AttrChanges
 from curvine_py.fuse.state import LookupCounts
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
@@ -69,7 +71,7 @@ class Operations(pyfuse3.Operations):
     @boundary
     async def lookup(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         try:
-            attr, age = await self.fs.lookup_aged(self._m(parent_inode), _name(name))
+            attr, age = await self.fs.nodes.lookup_aged(self._m(parent_inode), _name(name))
         except NotFound:
             if self.timeouts.negative > 0:
                 return negative_entry(self.timeouts)
@@ -101,50 +103,50 @@ class Operations(pyfuse3.Operations):
             mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
             ctime_ns=attr.st_ctime_ns if fields.update_ctime else None,
         )
-        return self._entry(await self.fs.setattr(self._m(inode), changes, ctx.uid))
+        return self._entry(await self.fs.setter.setattr(self._m(inode), changes, ctx.uid))
 
     @boundary
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
-        return (await self.fs.readlink(self._m(inode))).encode("utf-8")
+        return (await self.fs.nodes.readlink(self._m(inode))).encode("utf-8")
 
     @boundary
     async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int,
                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        attr = await self.fs.make(self._m(parent_inode), _name(name), kind_of(mode), mode, ctx.uid, ctx.gid,
+        attr = await self.fs.nodes.make(self._m(parent_inode), _name(name), kind_of(mode), mode, ctx.uid, ctx.gid,
                                   rdev=rdev)
         return self._reference(attr)
 
     @boundary
     async def mkdir(self, parent_inode: int, name: bytes, mode: int,
                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        attr = await self.fs.make(self._m(parent_inode), _name(name), cpb.DIRECTORY, mode, ctx.uid, ctx.gid)
+        attr = await self.fs.nodes.make(self._m(parent_inode), _name(name), cpb.DIRECTORY, mode, ctx.uid, ctx.gid)
         return self._reference(attr)
 
     @boundary
     async def symlink(self, parent_inode: int, name: bytes, target: bytes,
                       ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        attr = await self.fs.make(self._m(parent_inode), _name(name), cpb.SYMLINK, 0o777, ctx.uid, ctx.gid,
+        attr = await self.fs.nodes.make(self._m(parent_inode), _name(name), cpb.SYMLINK, 0o777, ctx.uid, ctx.gid,
                                   target=_name(target))
         return self._reference(attr)
 
     @boundary
     async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        attr = await self.fs.link(self._m(inode), self._m(new_parent_inode), _name(new_name))
+        attr = await self.fs.nodes.link(self._m(inode), self._m(new_parent_inode), _name(new_name))
         return self._reference(attr)
 
     @boundary
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
-        await self.fs.unlink(self._m(parent_inode), _name(name))
+        await self.fs.nodes.unlink(self._m(parent_inode), _name(name))
 
     @boundary
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
-        await self.fs.rmdir(self._m(parent_inode), _name(name))
+        await self.fs.nodes.rmdir(self._m(parent_inode), _name(name))
 
     @boundary
     async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes,
                      flags: int, ctx: pyfuse3.RequestContext) -> None:
-        await self.fs.rename(self._m(parent_inode_old), _name(name_old), self._m(parent_inode_new),
+        await self.fs.nodes.rename(self._m(parent_inode_old), _name(name_old), self._m(parent_inode_new),
                              _name(name_new), flags)
 
     # -- files -------------------------------------------------------------------------------
@@ -153,12 +155,12 @@ class Operations(pyfuse3.Operations):
                      ctx: pyfuse3.RequestContext) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         if stat.S_IFMT(mode) not in (0, stat.S_IFREG):
             raise CurvineError("create of a non-regular file", errno=errno.EINVAL)
-        handle, attr = await self.fs.create(self._m(parent_inode), _name(name), mode, flags, ctx.uid, ctx.gid)
+        handle, attr = await self.fs.files.create(self._m(parent_inode), _name(name), mode, flags, ctx.uid, ctx.gid)
         return self._file_info(handle.fh), self._reference(attr)
 
     @boundary
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
-        handle = await self.fs.open(self._m(inode), flags, ctx.uid)
+        handle = await self.fs.files.open(self._m(inode), flags, ctx.uid)
         direct = self._direct_io or bool(flags & os.O_DIRECT)
         return pyfuse3.FileInfo(fh=handle.fh, direct_io=direct, keep_cache=self._keep_cache)
 
@@ -166,32 +168,32 @@ class Operations(pyfuse3.Operations):
     async def read(self, fh: int, off: int, size: int) -> memoryview:  # type: ignore[override]
         # pyfuse3 accepts any contiguous buffer (PyObject_GetBuffer), so a view of a pooled
         # page-aligned buffer goes out without a copy to bytes.
-        return await self.fs.read(fh, off, size)
+        return await self.fs.files.read(fh, off, size)
 
     @boundary
     async def write(self, fh: int, off: int, buf: bytes) -> int:
-        return await self.fs.write(fh, off, buf)
+        return await self.fs.files.write(fh, off, buf)
 
     @boundary
     async def flush(self, fh: int) -> None:
-        await self.fs.flush(fh)
+        await self.fs.files.flush(fh)
 
     @boundary
     async def fsync(self, fh: int, datasync: bool) -> None:
-        await self.fs.fsync(fh)
+        await self.fs.files.fsync(fh)
 
     @boundary
     async def release(self, fh: int) -> None:
-        await self.fs.release(fh)
+        await self.fs.files.release(fh)
 
     # -- directories -------------------------------------------------------------------------
     @boundary
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
-        return (await self.fs.opendir(self._m(inode))).fh
+        return (await self.fs.dirs.opendir(self._m(inode))).fh
 
     @boundary
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
-        for item in await self.fs.readdir(fh, start_id):
+        for item in await self.fs.dirs.readdir(fh, start_id):
             entry = self._entry(item.attr)
             if not pyfuse3.readdir_reply(token, item.name.encode("utf-8"), entry, item.offset):
                 return
@@ -200,7 +202,7 @@ class Operations(pyfuse3.Operations):
 
     @boundary
     async def releasedir(self, fh: int) -> None:
-        self.fs.releasedir(fh)
+        self.fs.dirs.releasedir(fh)
 
     @boundary
     async def fsyncdir(self, fh: int, datasync: bool) -> None:
@@ -209,19 +211,19 @@ class Operations(pyfuse3.Operations):
     # -- xattrs, statfs, access --------------------------------------------------------------
     @boundary
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        return await self.fs.getxattr(self._m(inode), _name(name))
+        return await self.fs.xattrs.getxattr(self._m(inode), _name(name))
 
     @boundary
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:
-        await self.fs.setxattr(self._m(inode), _name(name), value)
+        await self.fs.xattrs.setxattr(self._m(inode), _name(name), value)
 
     @boundary
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
-        return [n.encode("utf-8") for n in await self.fs.listxattr(self._m(inode))]
+        return [n.encode("utf-8") for n in await self.fs.xattrs.listxattr(self._m(inode))]
 
     @boundary
     async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
-        await self.fs.removexattr(self._m(inode), _name(name))
+        await self.fs.xattrs.removexattr(self._m(inode), _name(name))
 
     @boundary
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:

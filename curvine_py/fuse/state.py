@@ -4,7 +4,7 @@ the master, nothing here is durable.
 
 Concurrency rule (trio, one thread): the tables are only touched from trio tasks, so a sequence of
 statements without an `await` between them is atomic. Code that checks a table, awaits, then
-mutates it must check again after the await (see Filesystem.open/release).
+mutates it must check again after the await (see handles.Files.open/release).
 """
 from __future__ import annotations
 

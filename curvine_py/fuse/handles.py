@@ -1,0 +1,208 @@
+"""Open files of the mount: create and open (one CurvineFile per inode, shared by its handles),
+read (from memory, the trio data plane, or the threaded client), write, flush/fsync (commit) and
+release (the last one commits, closes, and frees an unlinked file's orphan).
+
+Concurrency rule (fuse/state.py): the tables are touched from trio tasks only; code that checks
+a table, awaits, then mutates it checks again after the await (open and release below).
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+
+from curvine_py.client.buffers import aligned
+from curvine_py.client.files import CurvineFile
+from curvine_py.core.errors import CurvineError
+from curvine_py.fuse.context import MountContext
+from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader, stored_range
+from curvine_py.fuse.readbuf import POOLED
+from curvine_py.fuse.session import SessionTask
+from curvine_py.fuse.state import FileHandle, OpenFile, kill_suid_sgid, needs_kill
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.proto.curvine.v1 import master_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+class Files:
+    def __init__(self, ctx: MountContext, session: SessionTask, *, reader: TrioBlockReader | None = None,
+                 read_ahead: int = 0) -> None:
+        self.ctx = ctx
+        self.session = session
+        self.reader = reader
+        # Bytes fetched ahead of a sequential reader, in the background: the kernel's own read-ahead
+        # (4 MiB) keeps a few 1 MiB requests in flight; these find their chunk already fetched.
+        self.read_ahead = read_ahead
+
+    # -- opening -----------------------------------------------------------------------------
+    async def create(self, parent: int, name: str, mode: int, flags: int, uid: int,
+                     gid: int) -> tuple[FileHandle, cpb.Attr]:
+        ctx = self.ctx
+        ctx.writable()
+        request = pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=mode & 0o7777,
+                                   caller=pb.Caller(uid=uid, gid=gid), exclusive=bool(flags & os.O_EXCL),
+                                   truncate=bool(flags & os.O_TRUNC))
+        attr: cpb.Attr = await self.session.adding_name(parent, name, ctx.creates.call(request))
+        ctx.touch(parent)
+        ctx.note(attr)
+        # A file of size 0 has no blocks: skip GetBlocks (one round trip less per create).
+        known = pb.BlocksReply(attr=attr) if attr.size == 0 else None
+        handle = await self._open_attr(attr, flags, uid, known)
+        return handle, attr
+
+    async def open(self, ino: int, flags: int, uid: int) -> FileHandle:
+        ctx = self.ctx
+        accmode = flags & os.O_ACCMODE
+        if accmode != os.O_RDONLY or flags & os.O_TRUNC:
+            ctx.writable()
+        if flags & os.O_TRUNC:
+            ctx.attrs.drop(ino)
+            request = pb.SetAttrRequest(ino=ino, size=0, mtime_now=True)
+            if uid != 0:
+                current = await ctx.current_mode(ino)
+                if current is not None and needs_kill(current[1]):
+                    request.mode = kill_suid_sgid(current[1])
+            opened = ctx.handles.open_files.get(ino)
+            if opened is not None:
+                await ctx.data(opened.file.setattr, request)
+            else:
+                await ctx.icall(ctx.master.setattr, request)
+        return await self._open_attr(cpb.Attr(ino=ino), flags, uid, None)
+
+    async def _open_attr(self, attr: cpb.Attr, flags: int, uid: int, known: pb.BlocksReply | None) -> FileHandle:
+        ctx = self.ctx
+        ino = attr.ino
+        opened = ctx.handles.open_files.get(ino)
+        if opened is not None:
+            opened.handles += 1     # claimed before the await: a concurrent release keeps it
+            try:
+                await ctx.data(opened.file.refresh)   # close-to-open on re-open
+            except BaseException:
+                opened.handles -= 1
+                raise
+        else:
+            # A known (empty) block map needs no round trip: build it here, without a thread hop.
+            file = self._new_file(attr, known) if known is not None else await ctx.data(self._new_file, attr, None)
+            opened = ctx.handles.open_files.get(ino)   # another open may have won meanwhile
+            if opened is None:
+                opened = ctx.handles.open_files[ino] = OpenFile(ino, file, self._mode_of(file))
+            opened.handles += 1
+        ctx.note(opened.file.attr)
+        handle = FileHandle(ctx.handles.new_id(), opened, uid, (flags & os.O_ACCMODE) != os.O_RDONLY)
+        ctx.handles.files[handle.fh] = handle
+        return handle
+
+    def _new_file(self, attr: cpb.Attr, known: pb.BlocksReply | None) -> CurvineFile:
+        return CurvineFile(self.ctx.client.blocks, attr, node=self.ctx.node, writable=True, blocks=known,
+                           read_ahead=self.read_ahead, write_behind=True)
+
+    @staticmethod
+    def _mode_of(file: CurvineFile) -> int:
+        return int(file.attr.mode)
+
+    def _handle(self, fh: int) -> FileHandle:
+        handle = self.ctx.handles.files.get(fh)
+        if handle is None:
+            raise CurvineError(f"unknown file handle {fh}", errno=errno.EBADF)
+        return handle
+
+    # -- data --------------------------------------------------------------------------------
+    async def read(self, fh: int, offset: int, size: int) -> memoryview:
+        opened = self._handle(fh).open
+        buffers = self.ctx.buffers
+        buffer = buffers.acquire(size)
+        n = opened.file.try_pread_into(offset, buffer[:size])     # in memory: no thread hop
+        if n is None and self.reader is not None:
+            n = await self._fast_read(opened, offset, buffer[:size])  # trio sockets: no thread hop
+        if n is None:
+            n = await self.ctx.data(opened.file.pread_into, offset, buffer[:size])
+        buffers.defer(buffer)   # no await from here to the reply (readbuf.py)
+        return buffer[:n]
+
+    async def _fast_read(self, opened: OpenFile, offset: int, out: memoryview) -> int | None:
+        """The read through dataplane.TrioBlockReader; None to use the threaded client instead
+        (busy file, membership due for a refresh, or any trouble with a worker)."""
+        assert self.reader is not None
+        view = self.ctx.client.blocks.membership.peek()
+        plan = opened.file.try_plan_read(offset, out) if view is not None else None
+        if plan is None or view is None:
+            return None
+        length, pieces = plan
+        try:
+            for block, inner, target in pieces:
+                start, want, minimum = stored_range(block, inner, len(target))
+                if start == inner and want == len(target):
+                    await self.reader.read(view, block, start, want, target, minimum)
+                    continue
+                scratch = aligned(want) if want > POOLED else self.ctx.buffers.acquire(want)
+                data = await self.reader.read(view, block, start, want, scratch, minimum)
+                target[:] = data[inner - start:inner - start + len(target)]
+                self.ctx.buffers.defer(scratch)
+        except FastPathMiss as exc:
+            log.debug("fast read of inode %d at %d: %s; using the threaded client", opened.ino, offset, exc)
+            return None
+        return length
+
+    async def write(self, fh: int, offset: int, data: bytes) -> int:
+        ctx = self.ctx
+        handle = self._handle(fh)
+        opened = handle.open
+        if handle.uid != 0 and needs_kill(opened.mode):
+            request = pb.SetAttrRequest(ino=opened.ino, mode=kill_suid_sgid(opened.mode))
+            attr: cpb.Attr = await ctx.icall(ctx.master.setattr, request)
+            opened.mode = attr.mode
+        n = opened.file.try_pwrite(offset, data)      # into memory: no thread hop
+        if n is None:
+            n = await ctx.data(opened.file.pwrite, offset, data)
+        opened.last_write_ns = time.time_ns()
+        return n
+
+    # -- commit and close --------------------------------------------------------------------
+    async def flush(self, fh: int) -> None:
+        await self.ctx.commit(self._handle(fh).open)
+
+    async def fsync(self, fh: int) -> None:
+        await self.flush(fh)
+
+    async def release(self, fh: int) -> None:
+        ctx = self.ctx
+        handle = ctx.handles.files.pop(fh, None)
+        if handle is None:
+            return
+        opened = handle.open
+        opened.handles -= 1
+        if opened.handles > 0:
+            return
+        try:
+            await ctx.commit(opened)
+        except CurvineError as exc:
+            # close(2) already got flush's answer; this only catches writes after the last flush
+            # (mmap write-back), so say it loudly.
+            log.error("commit of inode %d at release failed, its last writes are lost: %s", opened.ino, exc)
+        finally:
+            # Re-check after the await: an open may have claimed it meanwhile (state.py's rule).
+            if opened.handles == 0 and ctx.handles.open_files.get(opened.ino) is opened:
+                del ctx.handles.open_files[opened.ino]
+                # Close it here, in a thread: left to the garbage collector, io.RawIOBase.__del__
+                # would retry a failed commit on whatever thread collects it (even trio's).
+                try:
+                    if not opened.file.try_close():     # clean and free: closed without a hop
+                        await ctx.data(opened.file.close)
+                except CurvineError as exc:
+                    log.error("inode %d: closing after a failed commit failed too: %s", opened.ino, exc)
+                if opened.unlinked:
+                    try:
+                        await ctx.call(ctx.master.release_orphan, opened.ino)
+                    except CurvineError as exc:
+                        log.warning("could not release orphan inode %d: %s", opened.ino, exc)
+
+    async def commit_all(self) -> None:
+        """Best effort at shutdown: commit every open file (processes may still hold them)."""
+        for opened in list(self.ctx.handles.open_files.values()):
+            if opened.file.dirty:
+                try:
+                    await self.ctx.commit(opened)
+                except CurvineError as exc:
+                    log.error("commit of inode %d at shutdown failed: %s", opened.ino, exc)

@@ -1,0 +1,85 @@
+"""Directory listings: opendir/releasedir and readdir in master pages, with stable offsets (an
+offset maps to the name it follows, so a resumed listing continues after that name even if
+entries came or went meanwhile)."""
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from curvine_py.core.errors import CurvineError, InvalidArgument
+from curvine_py.fuse.context import MountContext
+from curvine_py.fuse.nodes import Nodes
+from curvine_py.fuse.state import DirHandle
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.proto.curvine.v1 import master_pb2 as pb
+
+READDIR_PAGE = 512           # entries fetched from the master per ReadDir call
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    offset: int
+    name: str
+    attr: cpb.Attr
+    dot: bool          # "." or "..": the kernel takes no reference for these
+
+
+class Directories:
+    def __init__(self, ctx: MountContext, nodes: Nodes) -> None:
+        self.ctx = ctx
+        self.nodes = nodes
+
+    async def opendir(self, ino: int) -> DirHandle:
+        handle = DirHandle(self.ctx.handles.new_id(), ino)
+        self.ctx.handles.dirs[handle.fh] = handle
+        return handle
+
+    def releasedir(self, fh: int) -> None:
+        self.ctx.handles.dirs.pop(fh, None)
+
+    async def readdir(self, fh: int, start: int) -> Iterator[Listed]:
+        """Entries after offset `start` (one master page at most); the caller stops consuming
+        when the kernel's buffer is full and the kernel asks again from the last offset it got."""
+        handle = self.ctx.handles.dirs.get(fh)
+        if handle is None:
+            raise CurvineError(f"unknown directory handle {fh}", errno=errno.EBADF)
+        dots: list[Listed] = []
+        if start < 2:
+            handle.page_after, handle.page_index = None, {}   # (re)started listing: fresh entries
+            here = await self.ctx.getattr(handle.ino)
+            if start < 1:
+                dots.append(Listed(1, ".", here, True))
+            parent = here if handle.ino == self.ctx.root else await self.nodes.lookup(handle.ino, "..")
+            dots.append(Listed(2, "..", parent, True))
+            after = ""
+        elif start == 2:
+            after = ""
+        else:
+            name = handle.names.get(start)
+            if name is None:
+                raise InvalidArgument(f"unknown directory offset {start}")
+            after = name
+        return self._listing(handle, dots, await self._page_after(handle, after))
+
+    async def _page_after(self, handle: DirHandle, after: str) -> list[pb.DirEntry]:
+        """Master entries following `after`, from the cached page when it covers them (the kernel
+        asks for ~25 entries at a time, the master pages 512)."""
+        position = handle.page_index.get(after) if handle.page_after is not None else None
+        if after == handle.page_after:
+            position = -1
+        if position is not None and (position + 1 < len(handle.page) or not handle.page_more):
+            return handle.page[position + 1:]   # type: ignore[return-value]
+        reply = await self.ctx.icall(self.ctx.master.readdir, handle.ino, after, READDIR_PAGE)
+        handle.page_after, handle.page, handle.page_more = after, list(reply.entries), reply.more
+        handle.page_index = {entry.name: i for i, entry in enumerate(reply.entries)}
+        return list(reply.entries)
+
+    def _listing(self, handle: DirHandle, dots: list[Listed], entries: list[pb.DirEntry]) -> Iterator[Listed]:
+        yield from dots
+        for entry in entries:
+            self.ctx.note(entry.attr)
+            offset = handle.next_offset
+            handle.next_offset += 1
+            handle.names[offset] = entry.name
+            yield Listed(offset, entry.name, entry.attr, False)
