@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Refreshes docs/status.png: the master's status page in Debian's headless Chromium, fed by a real
+cluster started here (a master and 2 workers on loopback, as tests/web does), with a cache and a
+durable directory, some KV objects, and one worker killed with SIGKILL so the picture shows a lost
+row next to a healthy one.
+
+    .venv/bin/python scripts/screenshot.py [--out docs/status.png]
+
+Needs chromium and chromium-driver (scripts/setup.sh installs them).
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from curvine_py.client.master import MasterClient
+from curvine_py.observe.status import master_source, serve_status
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from tests.harness import Cluster, wait_until
+from tests.web.browser import chromium
+
+MiB = 1 << 20
+
+
+def populate(cluster: Cluster) -> None:
+    client = cluster.client()
+    client.fs.mkdir("/kvcache")
+    client.fs.set_policy("/kvcache", cpb.Policy(storage_class=cpb.CACHE, ttl_ms=3_600_000))
+    client.fs.mkdir("/models")
+    client.fs.set_policy("/models", cpb.Policy(storage_class=cpb.DURABLE, replicas=2))
+    for index in range(24):
+        client.kv.put(f"screenshot-chunk-{index}", bytes([index]) * (8 * MiB))
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=str(REPO / "docs" / "status.png"))
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="curvine-screenshot-") as root, \
+            Cluster(pathlib.Path(root), workers=2, capacity="512MiB",
+                    node_names=["gpu-node-a", "gpu-node-b"]) as cluster:
+        cluster.wait_for_live_workers(2)
+        populate(cluster)
+        master = MasterClient(cluster.master_address)
+        service = serve_status("127.0.0.1", -1, master_source(master), refresh_s=1)
+        assert service is not None
+        try:
+            cluster.kill_worker(1)
+            dead = cluster.worker_id(1)
+            wait_until(lambda: not any(w.live for w in master.report().workers if w.worker_id == dead),
+                       20, "the killed worker to be lost")
+            time.sleep(1.5)      # one page refresh after the master dropped it
+            with chromium(width=1400, height=720) as browser:
+                browser.get(f"http://127.0.0.1:{service.port}/")
+                # The window's outer size includes what headless Chromium reserves outside the
+                # viewport: grow it until the whole page fits in the viewport.
+                for _ in range(3):
+                    height = browser.execute_script("return document.documentElement.scrollHeight")
+                    inner = browser.execute_script("return window.innerHeight")
+                    if inner >= height:
+                        break
+                    size = browser.get_window_size()
+                    browser.set_window_size(size["width"], size["height"] + int(height) - int(inner) + 16)
+                out = pathlib.Path(args.out)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                if not browser.save_screenshot(str(out)):
+                    print(f"could not write {out}", file=sys.stderr)
+                    return 1
+        finally:
+            service.close()
+            master.close()
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
