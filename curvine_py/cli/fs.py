@@ -1,4 +1,4 @@
-"""`curvine-py fs`: ls mkdir put get cat rm mv stat du df policy (as Curvine's `cv fs`)."""
+"""`curvine-py fs`: ls mkdir put get cat rm mv stat du df policy quota (as Curvine's `cv fs`)."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +9,7 @@ import time
 from curvine_py.cli.common import add_client_options, client_from, run_tool
 from curvine_py.client import CurvineClient, FileStatus
 from curvine_py.config import parse_size
+from curvine_py.core.errors import InvalidArgument
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 
@@ -52,7 +53,8 @@ def parser() -> argparse.ArgumentParser:
     stat.add_argument("path")
     stat.add_argument("--json", action="store_true")
     sub.add_parser("du").add_argument("path", nargs="?", default="/")
-    sub.add_parser("df")
+    sub.add_parser("df").add_argument("path", nargs="?", default="/",
+                                      help="as seen from this directory (bounded by its quota)")
     policy = sub.add_parser("policy", help="show or set a directory's policy (inherited by its subtree)")
     policy.add_argument("path")
     policy.add_argument("--class", dest="storage_class", choices=["cache", "durable"])
@@ -60,7 +62,30 @@ def parser() -> argparse.ArgumentParser:
     policy.add_argument("--ttl-ms", type=int)
     policy.add_argument("--block-size", type=parse_size)
     policy.add_argument("--placement", choices=["hash", "local"])
+    quota = sub.add_parser("quota", help="show or set a directory's quota (bytes and inodes of its subtree)")
+    quota.add_argument("path")
+    quota.add_argument("--bytes", dest="max_bytes", type=parse_size, help="byte limit, 0 = unlimited")
+    quota.add_argument("--inodes", dest="max_inodes", type=int, help="inode (name) limit, 0 = unlimited")
     return p
+
+
+def _limit(used: int, limit: int, human: bool) -> str:
+    shown = _human(used) if human else str(used)
+    return f"{shown}/{(_human(limit) if human else str(limit)) if limit else 'unlimited'}"
+
+
+def _quota(client: CurvineClient, args: argparse.Namespace) -> None:
+    """No option: print the quota. Options: change those limits, keeping the other one."""
+    if args.max_bytes is not None or args.max_inodes is not None:
+        if (args.max_inodes or 0) < 0:
+            raise InvalidArgument("--inodes must be >= 0")
+        current = client.fs.quota(args.path)
+        client.fs.set_quota(args.path,
+                            max_bytes=current.max_bytes if args.max_bytes is None else args.max_bytes,
+                            max_inodes=current.max_inodes if args.max_inodes is None else args.max_inodes)
+    q = client.fs.quota(args.path)
+    print(f"{args.path}: bytes {_limit(q.used_bytes, q.max_bytes, True)}  "
+          f"inodes {_limit(q.used_inodes, q.max_inodes, False)}")
 
 
 _CLASSES = {"cache": cpb.CACHE, "durable": cpb.DURABLE}
@@ -114,13 +139,23 @@ def execute(client: CurvineClient, args: argparse.Namespace) -> int:
             else:
                 print(_line(status))
         case "du":
-            print(f"{fs.du(args.path)}\t{args.path}")
+            line = f"{fs.du(args.path)}\t{args.path}"
+            if fs.stat(args.path).is_dir:
+                q = fs.quota(args.path)
+                line += f"\t{q.used_inodes} inodes"
+                if q.max_bytes or q.max_inodes:
+                    line += (f"\tquota bytes {_limit(q.used_bytes, q.max_bytes, True)} "
+                             f"inodes {_limit(q.used_inodes, q.max_inodes, False)}")
+            print(line)
         case "policy":
             _policy(client, args)
+        case "quota":
+            _quota(client, args)
         case "df":
-            info = fs.df()
+            info = fs.df(args.path)
+            files = f"{info.files}/{info.max_files}" if info.max_files else str(info.files)
             print(f"capacity {_human(info.capacity)}  used {_human(info.used)}  "
-                  f"available {_human(info.available)}  files {info.files}")
+                  f"available {_human(info.available)}  files {files}")
     return 0
 
 

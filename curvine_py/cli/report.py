@@ -34,6 +34,11 @@ def main(argv: list[str]) -> int:
             print(f"  {w.worker_id:<18} {state:<4} {w.host}:{w.port:<6} node={w.node} "
                   f"used={w.used}/{w.capacity} objects={w.objects} blocks={w.blocks} "
                   f"evictions={w.evictions} heartbeat={age:.1f}s ago")
+        if report.quotas:
+            print(f"quotas {len(report.quotas)}")
+        for q in report.quotas:
+            print(f"  {q.path:<30} bytes {q.used_bytes}/{q.max_bytes or 'unlimited'}  "
+                  f"inodes {q.used_inodes}/{q.max_inodes or 'unlimited'}")
         return 0
 
     return run_tool("report", body)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from curvine_py.client.files import BlockStore, CurvineFile
 from curvine_py.client.master import MasterClient
-from curvine_py.client.types import FileStatus
+from curvine_py.client.types import DiskUsage, FileStatus, Quota
 from curvine_py.core.errors import AlreadyExists, CurvineError, InvalidArgument, IsADirectory, NotFound
 from curvine_py.core.keys import split_path
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
@@ -175,8 +175,26 @@ class FileSystem:
             return status.size
         return sum(e.size for e in self.walk(path) if e.kind == "file")
 
-    def df(self) -> pb.StatFsReply:
-        return self.master.statfs()
+    def df(self, path: str = "/") -> DiskUsage:
+        """Space and inodes as seen from `path`: the cluster's, bounded by the nearest directory quota
+        at or above it (its byte limit is then the capacity, as in a mount rooted there)."""
+        reply = self.master.statfs(self.master.resolve(normalize(path)).ino)
+        return DiskUsage(capacity=reply.capacity, used=reply.used, available=reply.available, files=reply.files,
+                         max_files=reply.max_files, block_size=reply.block_size)
+
+    def set_quota(self, path: str, *, max_bytes: int = 0, max_inodes: int = 0) -> None:
+        """Limits directory `path`'s subtree to `max_bytes` bytes and `max_inodes` names (0 = unlimited;
+        both 0 removes the quota). Creates, links, renames and writes past a limit fail with
+        QuotaExceeded (EDQUOT). A limit below the current usage is allowed (then only shrinking passes)."""
+        if max_bytes < 0 or max_inodes < 0:
+            raise InvalidArgument("quota limits must be >= 0 (0 = unlimited)")
+        self.master.set_quota(normalize(path), max_bytes, max_inodes)
+
+    def quota(self, path: str) -> Quota:
+        """Directory `path`'s quota and usage; limits 0 when it has none (the usage is counted then)."""
+        q = self.master.get_quota(normalize(path))
+        return Quota(max_bytes=q.max_bytes, max_inodes=q.max_inodes, used_bytes=q.used_bytes,
+                     used_inodes=q.used_inodes)
 
     def set_policy(self, path: str, policy: cpb.Policy) -> pb.PolicyReply:
         return self.master.set_policy(normalize(path), policy)

@@ -116,8 +116,9 @@ class MasterClient:
     def removexattr(self, ino: int, name: str) -> None:
         self.call("RemoveXattr", pb.XattrRequest(ino=ino, name=name))
 
-    def statfs(self) -> pb.StatFsReply:
-        return self.call("StatFs", pb.Empty())
+    def statfs(self, ino: int = 0) -> pb.StatFsReply:
+        """The cluster's space (ino 0), or as seen from directory `ino` (bounded by its nearest quota)."""
+        return self.call("StatFs", pb.StatFsRequest(ino=ino))
 
     def release_orphan(self, ino: int) -> None:
         self.call("ReleaseOrphan", pb.InodeRequest(ino=ino))
@@ -149,6 +150,12 @@ class MasterClient:
 
     def get_policy(self, path: str) -> pb.PolicyReply:
         return self.call("GetPolicy", pb.PathRequest(path=path))
+
+    def set_quota(self, path: str, max_bytes: int, max_inodes: int) -> pb.Quota:
+        return self.call("SetQuota", pb.SetQuotaRequest(path=path, max_bytes=max_bytes, max_inodes=max_inodes))
+
+    def get_quota(self, path: str) -> pb.Quota:
+        return self.call("GetQuota", pb.PathRequest(path=path))
 
     def membership(self) -> pb.Membership:
         return self.call("GetMembership", pb.Empty())

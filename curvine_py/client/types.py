@@ -42,3 +42,26 @@ class FileStatus:
     def of(cls, path: str, attr: cpb.Attr) -> FileStatus:
         return cls(path, attr.ino, _TYPE_NAMES.get(attr.type, "unknown"), st_mode(attr), attr.uid, attr.gid,
                    attr.size, attr.nlink, attr.mtime_ns, attr.ctime_ns, attr.atime_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A directory's quota (0 = unlimited) and the usage of its subtree (each name counts one inode,
+    a regular file its size in bytes)."""
+
+    max_bytes: int
+    max_inodes: int
+    used_bytes: int
+    used_inodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class DiskUsage:
+    """`FileSystem.df`: the cluster's space, bounded by the nearest directory quota of the path."""
+
+    capacity: int        # bytes (a byte quota's limit when there is one)
+    used: int
+    available: int
+    files: int           # inodes in use
+    max_files: int       # an inode quota's limit, 0 = none
+    block_size: int

@@ -119,11 +119,17 @@ class NotSupported(CurvineError):
     errno = _errno.EOPNOTSUPP
 
 
+class QuotaExceeded(CurvineError):
+    """A directory quota (bytes or inodes, master/store/quotas.py) would be exceeded."""
+
+    errno = _errno.EDQUOT
+
+
 _BY_ERRNO: dict[int, type[CurvineError]] = {
     cls.errno: cls
     for cls in (NotFound, AlreadyExists, NotADirectory, IsADirectory, DirectoryNotEmpty,
                 PermissionDenied, NotPermitted, InvalidArgument, NameTooLong, NoSpace, TooLarge,
-                NoData, Unavailable, Timeout, StaleEpoch, ProtocolError, NotSupported)
+                NoData, Unavailable, Timeout, StaleEpoch, ProtocolError, NotSupported, QuotaExceeded)
 }
 
 

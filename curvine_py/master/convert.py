@@ -9,7 +9,9 @@ from curvine_py.master.types import (
     MembershipView,
     Policy,
     PolicyAt,
+    QuotaInfo,
     SetAttrChanges,
+    StatFs,
     StorageClass,
     Usage,
     WorkerInfo,
@@ -88,3 +90,13 @@ def report_pb(r: ClusterReport) -> mpb.ClusterReport:
     return mpb.ClusterReport(cluster_id=r.cluster_id, epoch=r.epoch, workers=[worker_pb(w) for w in r.workers],
                              capacity=r.capacity, used=r.used, available=r.available, files=r.files,
                              directories=r.directories, blocks=r.blocks)
+
+
+def statfs_pb(s: StatFs) -> mpb.StatFsReply:
+    return mpb.StatFsReply(capacity=s.capacity, used=s.used, available=s.available, files=s.files,
+                           block_size=s.block_size, max_files=s.max_files)
+
+
+def quota_pb(q: QuotaInfo) -> mpb.Quota:
+    return mpb.Quota(path=q.path, ino=q.ino, max_bytes=q.max_bytes, max_inodes=q.max_inodes,
+                     used_bytes=q.used_bytes, used_inodes=q.used_inodes)

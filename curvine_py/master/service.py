@@ -27,6 +27,7 @@ from curvine_py.master.leases import DirLeases, LeaseBusy
 from curvine_py.master.membership import Membership
 from curvine_py.master.namespace import Namespace
 from curvine_py.master.sessions import Sessions
+from curvine_py.master.store.quotas import quota_statfs
 from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import AddedBlock, StatFs
 from curvine_py.proto.curvine.v1 import master_pb2 as mpb
@@ -234,10 +235,10 @@ class MasterService(master_pb2_grpc.MasterServicer):
         return mpb.Empty()
 
     @grpc_method
-    def StatFs(self, request: mpb.Empty, context: Ctx) -> mpb.StatFsReply:
+    def StatFs(self, request: mpb.StatFsRequest, context: Ctx) -> mpb.StatFsReply:
+        quota = self._read(Namespace.nearest_quota, request.ino) if request.ino else None
         s = self._store.call(self._statfs, self._read(Namespace.inode_count))   # counted off the store thread
-        return mpb.StatFsReply(capacity=s.capacity, used=s.used, available=s.available, files=s.files,
-                               block_size=s.block_size)
+        return convert.statfs_pb(quota_statfs(s, quota))
 
     @grpc_method
     def ReleaseOrphan(self, request: mpb.InodeRequest, context: Ctx) -> mpb.Empty:
@@ -334,6 +335,17 @@ class MasterService(master_pb2_grpc.MasterServicer):
     def GetPolicy(self, request: mpb.PathRequest, context: Ctx) -> mpb.PolicyReply:
         return convert.policy_reply(self._store.call(self._ns.get_policy, request.path))
 
+    # ------------------------------------------------------------------ quotas
+
+    @grpc_method
+    def SetQuota(self, request: mpb.SetQuotaRequest, context: Ctx) -> mpb.Quota:
+        return convert.quota_pb(self._store.call(self._ns.set_quota, request.path, request.max_bytes,
+                                                 request.max_inodes))
+
+    @grpc_method
+    def GetQuota(self, request: mpb.PathRequest, context: Ctx) -> mpb.Quota:
+        return convert.quota_pb(self._read(Namespace.get_quota, request.path))
+
     # ------------------------------------------------------------------ cluster
 
     @grpc_method
@@ -361,6 +373,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
         counts = self._read(Namespace.counts)     # a full scan: on this thread's reader, not the store's
         reply = convert.report_pb(self._store.call(self._mem.report, counts))
         reply.dir_leases = self._leases.held()
+        reply.quotas.extend(convert.quota_pb(q) for q in self._read(Namespace.list_quotas))
         return reply
 
     # ------------------------------------------------------------------ background

@@ -132,6 +132,24 @@ class StatFs:
     available: int
     files: int
     block_size: int
+    max_files: int = 0   # an inode limit (a directory quota's), 0 = none
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaInfo:
+    """A directory's quota (0 = unlimited) and the usage of its subtree: every name in it counts one
+    inode, and a regular file's size in bytes (a file with two names in the subtree counts twice)."""
+
+    ino: int
+    path: str
+    max_bytes: int
+    max_inodes: int
+    used_bytes: int
+    used_inodes: int
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.max_bytes or self.max_inodes)
 
 
 @dataclass(frozen=True, slots=True)

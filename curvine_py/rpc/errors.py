@@ -37,6 +37,7 @@ _STATUS_BY_ERRNO: dict[int, grpc.StatusCode] = {
     E.ELOOP: grpc.StatusCode.FAILED_PRECONDITION,     # too many symlinks in a path
     E.ENAMETOOLONG: grpc.StatusCode.INVALID_ARGUMENT,
     E.ENOSPC: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    E.EDQUOT: grpc.StatusCode.RESOURCE_EXHAUSTED,      # a directory quota
     E.EFBIG: grpc.StatusCode.OUT_OF_RANGE,
     E.EHOSTUNREACH: grpc.StatusCode.UNAVAILABLE,
     E.ETIMEDOUT: grpc.StatusCode.DEADLINE_EXCEEDED,

@@ -12,6 +12,7 @@ from curvine_py.core.errors import (
 from curvine_py.master import placement
 from curvine_py.master.store.db import MAX_ID, _u64_from_db, _u64_to_db
 from curvine_py.master.store.policy import Policies
+from curvine_py.master.store.quotas import Quotas, new_charges
 from curvine_py.master.types import (
     AddedBlock,
     Attr,
@@ -21,7 +22,7 @@ from curvine_py.master.types import (
 )
 
 
-class Blocks(Policies):
+class Blocks(Policies, Quotas):
     """Block allocation and commit."""
 
     def _locations(self, block_id: int) -> list[str]:
@@ -49,6 +50,13 @@ class Blocks(Policies):
         with self.transaction():
             attr = self._regular(ino)
             policy = self.effective_policy(ino)
+            # A block at `index` makes the file at least index * block_size + 1 bytes long: refuse it
+            # now when that alone breaks a quota (CommitFile judges the exact size).
+            growth = index * (attr.block_size or self.block_size) + 1 - attr.size
+            if growth > 0:
+                charges = new_charges()
+                self._charge_names(charges, ino, growth)
+                self._charge(charges, apply=False)
             count = placement.replica_count(policy.storage_class, policy.replicas, len(live),
                                             self.durable_replicas)
             if count == 0:
@@ -100,6 +108,9 @@ class Blocks(Policies):
                 self._db.executemany("INSERT OR IGNORE INTO locations (block_id, worker_id) VALUES (?, ?)",
                                      [(block.block_id, w) for w in workers])
                 self._db.execute("DELETE FROM open_blocks WHERE block_id=?", (block.block_id,))
+            charges = new_charges()
+            self._charge_names(charges, ino, size - attr.size)
+            self._charge(charges)
             if size < attr.size or blocks:
                 self._truncate_blocks(ino, size, block_size)
             now = self._now()

@@ -16,7 +16,7 @@ from curvine_py.core.errors import (
     CurvineError,
     InvalidArgument,
 )
-from curvine_py.master.store.schema import _SCHEMA, SCHEMA_VERSION
+from curvine_py.master.store.schema import _SCHEMA, MIGRATIONS, SCHEMA_VERSION
 from curvine_py.master.types import (
     ROOT_INO,
     FileType,
@@ -97,14 +97,20 @@ class Database:
 
     def _init_schema(self) -> None:
         with self.transaction():
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    self._db.execute(statement)
-            have = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if have is None:
+            have = self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+            version = 0
+            if have is not None:
+                row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+                version = int(row[0]) if row is not None else 0
+            if version > SCHEMA_VERSION:
+                raise CurvineError(f"{self.path}: schema version {version} is newer than this master's "
+                                   f"({SCHEMA_VERSION})")
+            if version == 0:
+                self._run_ddl(_SCHEMA)
+                version = 1
                 now = self._now()
                 self._db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
-                    ("schema_version", SCHEMA_VERSION), ("cluster_id", uuid.uuid4().hex),
+                    ("schema_version", version), ("cluster_id", uuid.uuid4().hex),
                     ("next_block_id", 1), ("epoch", 0)])
                 self._db.execute(
                     "INSERT INTO inodes (ino, type, mode, uid, gid, nlink, atime_ns, mtime_ns, ctime_ns,"
@@ -113,8 +119,19 @@ class Database:
                     (ROOT_INO, int(FileType.DIRECTORY), 0o755, now, now, now, self.block_size,
                      int(self.root_class)))
                 log.info("created namespace %s", self.path)
-            elif int(have[0]) != SCHEMA_VERSION:
-                raise CurvineError(f"{self.path}: schema version {have[0]}, expected {SCHEMA_VERSION}")
+            while version < SCHEMA_VERSION:
+                version += 1
+                self._run_ddl(MIGRATIONS[version])
+                self._set_meta("schema_version", version)
+                log.info("%s: schema migrated to version %d", self.path, version)
+
+    def _run_ddl(self, script: str) -> None:
+        for statement in script.split(";"):
+            if statement.strip():
+                self._db.execute(statement)
+
+    def schema_version(self) -> int:
+        return int(self._meta("schema_version"))
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from curvine_py.master.store.db import Database
+from curvine_py.master.store.quotas import Quotas
 from curvine_py.master.types import (
     NamespaceCounts,
     StatFs,
@@ -12,7 +12,7 @@ from curvine_py.master.types import (
 )
 
 
-class Checks(Database):
+class Checks(Quotas):
     """Counts and checks over the whole database."""
 
     def counts(self) -> NamespaceCounts:
@@ -65,4 +65,10 @@ class Checks(Database):
         for (ino,) in q("SELECT DISTINCT x.ino FROM xattrs x LEFT JOIN inodes i ON i.ino = x.ino "
                         "WHERE i.ino IS NULL"):
             problems.append(f"xattrs of missing inode {ino}")
+        for (ino,) in q("SELECT q.ino FROM quotas q LEFT JOIN inodes i ON i.ino = q.ino "
+                        "WHERE i.ino IS NULL OR i.type != 2 OR i.orphan != 0"):
+            problems.append(f"quota on missing or non-directory inode {ino}")
+        for quota, size, inodes in self.recount_quotas():
+            problems.append(f"quota of {quota.path}: counts {quota.used_bytes} bytes {quota.used_inodes} "
+                            f"inodes, the subtree holds {size} bytes {inodes} inodes")
         return problems

@@ -185,6 +185,7 @@ class Inodes(Database):
             self._drop_open_block(int(block_id), workers)
         self._db.execute("DELETE FROM xattrs WHERE ino=?", (ino,))
         self._db.execute("DELETE FROM orphan_keepers WHERE ino=?", (ino,))
+        self._db.execute("DELETE FROM quotas WHERE ino=?", (ino,))
         self._db.execute("DELETE FROM inodes WHERE ino=?", (ino,))
 
     def _unlinked_from(self, ino: int, nlink: int, keep_orphan: bool, keeper: str = "") -> None:
@@ -236,11 +237,3 @@ class Inodes(Database):
             keep = size - index * block_size
             self._db.execute("UPDATE blocks SET length=?, checksum=0 WHERE ino=? AND idx=? AND length>?",
                              (keep, ino, index, keep))
-
-    def _unlink_everywhere(self, ino: int) -> None:
-        now = self._now()
-        parents = [int(r[0]) for r in self._db.execute("SELECT parent FROM dentries WHERE ino=?", (ino,))]
-        self._db.execute("DELETE FROM dentries WHERE ino=?", (ino,))
-        for parent in set(parents):
-            self._touch_dir(parent, now)
-        self._free_inode(ino)

@@ -17,6 +17,7 @@ from curvine_py.core.keys import PATH_MAX, validate_name
 from curvine_py.master.store.db import MAX_ID
 from curvine_py.master.store.inodes import _ATTR_COLS_I, _attr, _type_error
 from curvine_py.master.store.policy import Policies
+from curvine_py.master.store.quotas import Quotas, new_charges
 from curvine_py.master.types import (
     RENAME_EXCHANGE,
     RENAME_NOREPLACE,
@@ -33,7 +34,7 @@ READDIR_DEFAULT_LIMIT = 1000
 READDIR_MAX_LIMIT = 10_000
 
 
-class Names(Policies):
+class Names(Policies, Quotas):
     """The namespace operations."""
 
     def lookup(self, parent: int, name: str) -> Attr:
@@ -108,11 +109,17 @@ class Names(Policies):
                 if old.type != FileType.REGULAR:
                     raise AlreadyExists(f"{name!r} exists in {parent} and is not a regular file")
                 if truncate and old.size:
+                    charges = new_charges()
+                    self._charge_names(charges, existing, -old.size)
+                    self._charge(charges)
                     self._truncate_blocks(existing, 0, old.block_size or self.block_size)
                     self._db.execute("UPDATE inodes SET size=0, mtime_ns=?, ctime_ns=? WHERE ino=?",
                                      (now, now, existing))
                     return self._get(existing)
                 return old
+            charges = new_charges()
+            self._charge_dir(charges, parent, 0, 1)
+            self._charge(charges)
             perm = mode & 0o7777
             if parent_attr.mode & 0o2000:   # setgid directory: group inherited, dirs stay setgid
                 gid = parent_attr.gid
@@ -151,6 +158,9 @@ class Names(Policies):
                     raise _type_error(attr.type, "regular file")
                 if not 0 <= changes.size <= MAX_ID:
                     raise InvalidArgument(f"size {changes.size} out of range")
+                charges = new_charges()
+                self._charge_names(charges, ino, changes.size - attr.size)
+                self._charge(charges)
                 if changes.size < attr.size:
                     self._truncate_blocks(ino, changes.size, attr.block_size or self.block_size)
                 sets += ["size=?", "mtime_ns=?"]
@@ -188,6 +198,9 @@ class Names(Policies):
             self._dir(new_parent)
             if self._child(new_parent, new_name) is not None:
                 raise AlreadyExists(f"{new_name!r} exists in {new_parent}")
+            charges = new_charges()
+            self._charge_dir(charges, new_parent, attr.size if attr.type == FileType.REGULAR else 0, 1)
+            self._charge(charges)
             now = self._now()
             self._db.execute("INSERT INTO dentries (parent, name, ino) VALUES (?, ?, ?)",
                              (new_parent, new_name, ino))
@@ -208,6 +221,10 @@ class Names(Policies):
                 raise NotFound(f"{name!r} not found in {parent}")
             kind = self._type_of(ino)
             now = self._now()
+            if directory == (kind == FileType.DIRECTORY):
+                charges = new_charges()
+                self._charge_entry(charges, ino, parent, -1)
+                self._charge(charges)
             if directory:
                 if kind != FileType.DIRECTORY:
                     raise NotADirectory(f"{name!r} is not a directory")
@@ -272,6 +289,11 @@ class Names(Policies):
             if src_kind == FileType.DIRECTORY and self._is_same_or_descendant(new_parent, src):
                 raise InvalidArgument("cannot move a directory into its own subtree")
             result = RenameResult()
+            charges = new_charges()       # judged by the net effect: a replaced name goes too
+            if dst is not None:
+                self._charge_entry(charges, dst, new_parent, -1)
+            self._charge_move(charges, src, parent, new_parent)
+            self._charge(charges)
             if dst is not None:
                 dst_kind = self._type_of(dst)
                 if src_kind == FileType.DIRECTORY and dst_kind != FileType.DIRECTORY:
@@ -313,6 +335,10 @@ class Names(Policies):
             raise InvalidArgument("cannot move a directory into its own subtree")
         if dst_dir and self._is_same_or_descendant(parent, dst):
             raise InvalidArgument("cannot move a directory into its own subtree")
+        charges = new_charges()
+        self._charge_move(charges, src, parent, new_parent)
+        self._charge_move(charges, dst, new_parent, parent)
+        self._charge(charges)
         self._db.execute("UPDATE dentries SET ino=? WHERE parent=? AND name=?", (dst, parent, name))
         self._db.execute("UPDATE dentries SET ino=? WHERE parent=? AND name=?", (src, new_parent, new_name))
         if parent != new_parent and src_dir != dst_dir:

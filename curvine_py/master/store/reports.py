@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from curvine_py.master.store.db import MAX_ID, _chunks
 from curvine_py.master.store.policy import Policies
+from curvine_py.master.store.quotas import Quotas, new_charges
 from curvine_py.master.types import (
     Evicted,
     StorageClass,
@@ -15,7 +16,7 @@ from curvine_py.master.types import (
 REPORT_GRACE_MS = 60_000         # a block report may predate a commit by this much (see reconcile)
 
 
-class BlockReports(Policies):
+class BlockReports(Policies, Quotas):
     """What workers tell the master about the blocks they hold."""
 
     def reconcile_blocks(self, worker_id: str, block_ids: Iterable[int]) -> list[int]:
@@ -95,3 +96,15 @@ class BlockReports(Policies):
         """For tests and fsck: what would be handed to the worker (without taking it)."""
         return [int(r[0]) for r in self._db.execute(
             "SELECT block_id FROM deletions WHERE worker_id=? ORDER BY block_id", (worker_id,))]
+
+    def _unlink_everywhere(self, ino: int) -> None:
+        now = self._now()
+        parents = [int(r[0]) for r in self._db.execute("SELECT parent FROM dentries WHERE ino=?", (ino,))]
+        charges = new_charges()
+        for parent in parents:
+            self._charge_entry(charges, ino, parent, -1)
+        self._charge(charges)
+        self._db.execute("DELETE FROM dentries WHERE ino=?", (ino,))
+        for parent in set(parents):
+            self._touch_dir(parent, now)
+        self._free_inode(ino)

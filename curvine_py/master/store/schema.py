@@ -1,8 +1,12 @@
-"""The master database's schema (SQLite DDL) and its version.
+"""The master database's schema (SQLite DDL) and its versions.
+
+`_SCHEMA` is version 1; `MIGRATIONS[n]` takes a database from version n-1 to n. The version a
+database is at is kept in it (meta.schema_version); opening an older one applies the missing
+migrations in one transaction, a newer one is refused.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value ANY NOT NULL) WITHOUT ROWID;
@@ -98,3 +102,17 @@ CREATE TABLE IF NOT EXISTS workers (
 
 _WORKER_COLS = ("worker_id, host, port, unix_socket, node, capacity, used, available, lm_port, live, "
                 "last_heartbeat_ms, blocks, objects, evictions")
+
+MIGRATIONS: dict[int, str] = {
+    # Directory quotas: the limits (0 = unlimited) and the usage of the directory's subtree, kept
+    # up to date by every mutation (master/store/quotas.py).
+    2: """
+CREATE TABLE IF NOT EXISTS quotas (
+    ino INTEGER PRIMARY KEY,
+    max_bytes INTEGER NOT NULL,
+    max_inodes INTEGER NOT NULL,
+    used_bytes INTEGER NOT NULL,
+    used_inodes INTEGER NOT NULL
+);
+""",
+}

@@ -221,19 +221,53 @@ class XattrReply(_message.Message):
     names: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, value: _Optional[bytes] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class StatFsRequest(_message.Message):
+    __slots__ = ("ino",)
+    INO_FIELD_NUMBER: _ClassVar[int]
+    ino: int
+    def __init__(self, ino: _Optional[int] = ...) -> None: ...
+
 class StatFsReply(_message.Message):
-    __slots__ = ("capacity", "used", "available", "files", "block_size")
+    __slots__ = ("capacity", "used", "available", "files", "block_size", "max_files")
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_FILES_FIELD_NUMBER: _ClassVar[int]
     capacity: int
     used: int
     available: int
     files: int
     block_size: int
-    def __init__(self, capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., files: _Optional[int] = ..., block_size: _Optional[int] = ...) -> None: ...
+    max_files: int
+    def __init__(self, capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., files: _Optional[int] = ..., block_size: _Optional[int] = ..., max_files: _Optional[int] = ...) -> None: ...
+
+class Quota(_message.Message):
+    __slots__ = ("path", "ino", "max_bytes", "max_inodes", "used_bytes", "used_inodes")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    INO_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_INODES_FIELD_NUMBER: _ClassVar[int]
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    USED_INODES_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    ino: int
+    max_bytes: int
+    max_inodes: int
+    used_bytes: int
+    used_inodes: int
+    def __init__(self, path: _Optional[str] = ..., ino: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_inodes: _Optional[int] = ..., used_bytes: _Optional[int] = ..., used_inodes: _Optional[int] = ...) -> None: ...
+
+class SetQuotaRequest(_message.Message):
+    __slots__ = ("path", "max_bytes", "max_inodes")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_INODES_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    max_bytes: int
+    max_inodes: int
+    def __init__(self, path: _Optional[str] = ..., max_bytes: _Optional[int] = ..., max_inodes: _Optional[int] = ...) -> None: ...
 
 class BlockInfo(_message.Message):
     __slots__ = ("index", "block_id", "length", "checksum", "worker_ids")
@@ -408,7 +442,7 @@ class Membership(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class ClusterReport(_message.Message):
-    __slots__ = ("cluster_id", "epoch", "workers", "capacity", "used", "available", "files", "directories", "blocks", "dir_leases")
+    __slots__ = ("cluster_id", "epoch", "workers", "capacity", "used", "available", "files", "directories", "blocks", "dir_leases", "quotas")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -419,6 +453,7 @@ class ClusterReport(_message.Message):
     DIRECTORIES_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     DIR_LEASES_FIELD_NUMBER: _ClassVar[int]
+    QUOTAS_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     epoch: int
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
@@ -429,7 +464,8 @@ class ClusterReport(_message.Message):
     directories: int
     blocks: int
     dir_leases: int
-    def __init__(self, cluster_id: _Optional[str] = ..., epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., files: _Optional[int] = ..., directories: _Optional[int] = ..., blocks: _Optional[int] = ..., dir_leases: _Optional[int] = ...) -> None: ...
+    quotas: _containers.RepeatedCompositeFieldContainer[Quota]
+    def __init__(self, cluster_id: _Optional[str] = ..., epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., files: _Optional[int] = ..., directories: _Optional[int] = ..., blocks: _Optional[int] = ..., dir_leases: _Optional[int] = ..., quotas: _Optional[_Iterable[_Union[Quota, _Mapping]]] = ...) -> None: ...
 
 class DirLeaseReply(_message.Message):
     __slots__ = ("granted", "term_ms", "names")

@@ -111,7 +111,7 @@ class MasterStub:
                 _registered_method=True)
         self.StatFs = channel.unary_unary(
                 '/curvine.v1.Master/StatFs',
-                request_serializer=curvine_dot_v1_dot_master__pb2.Empty.SerializeToString,
+                request_serializer=curvine_dot_v1_dot_master__pb2.StatFsRequest.SerializeToString,
                 response_deserializer=curvine_dot_v1_dot_master__pb2.StatFsReply.FromString,
                 _registered_method=True)
         self.ReleaseOrphan = channel.unary_unary(
@@ -158,6 +158,16 @@ class MasterStub:
                 '/curvine.v1.Master/GetPolicy',
                 request_serializer=curvine_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
                 response_deserializer=curvine_dot_v1_dot_master__pb2.PolicyReply.FromString,
+                _registered_method=True)
+        self.SetQuota = channel.unary_unary(
+                '/curvine.v1.Master/SetQuota',
+                request_serializer=curvine_dot_v1_dot_master__pb2.SetQuotaRequest.SerializeToString,
+                response_deserializer=curvine_dot_v1_dot_master__pb2.Quota.FromString,
+                _registered_method=True)
+        self.GetQuota = channel.unary_unary(
+                '/curvine.v1.Master/GetQuota',
+                request_serializer=curvine_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
+                response_deserializer=curvine_dot_v1_dot_master__pb2.Quota.FromString,
                 _registered_method=True)
         self.RegisterWorker = channel.unary_unary(
                 '/curvine.v1.Master/RegisterWorker',
@@ -338,6 +348,21 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetQuota(self, request, context):
+        """directory quotas
+        both limits 0: remove the quota
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetQuota(self, request, context):
+        """no quota: limits 0, usage counted now
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RegisterWorker(self, request, context):
         """cluster
         """
@@ -443,7 +468,7 @@ def add_MasterServicer_to_server(servicer, server):
             ),
             'StatFs': grpc.unary_unary_rpc_method_handler(
                     servicer.StatFs,
-                    request_deserializer=curvine_dot_v1_dot_master__pb2.Empty.FromString,
+                    request_deserializer=curvine_dot_v1_dot_master__pb2.StatFsRequest.FromString,
                     response_serializer=curvine_dot_v1_dot_master__pb2.StatFsReply.SerializeToString,
             ),
             'ReleaseOrphan': grpc.unary_unary_rpc_method_handler(
@@ -490,6 +515,16 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.GetPolicy,
                     request_deserializer=curvine_dot_v1_dot_master__pb2.PathRequest.FromString,
                     response_serializer=curvine_dot_v1_dot_master__pb2.PolicyReply.SerializeToString,
+            ),
+            'SetQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQuota,
+                    request_deserializer=curvine_dot_v1_dot_master__pb2.SetQuotaRequest.FromString,
+                    response_serializer=curvine_dot_v1_dot_master__pb2.Quota.SerializeToString,
+            ),
+            'GetQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetQuota,
+                    request_deserializer=curvine_dot_v1_dot_master__pb2.PathRequest.FromString,
+                    response_serializer=curvine_dot_v1_dot_master__pb2.Quota.SerializeToString,
             ),
             'RegisterWorker': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterWorker,
@@ -942,7 +977,7 @@ class Master:
             request,
             target,
             '/curvine.v1.Master/StatFs',
-            curvine_dot_v1_dot_master__pb2.Empty.SerializeToString,
+            curvine_dot_v1_dot_master__pb2.StatFsRequest.SerializeToString,
             curvine_dot_v1_dot_master__pb2.StatFsReply.FromString,
             options,
             channel_credentials,
@@ -1187,6 +1222,60 @@ class Master:
             '/curvine.v1.Master/GetPolicy',
             curvine_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
             curvine_dot_v1_dot_master__pb2.PolicyReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/curvine.v1.Master/SetQuota',
+            curvine_dot_v1_dot_master__pb2.SetQuotaRequest.SerializeToString,
+            curvine_dot_v1_dot_master__pb2.Quota.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/curvine.v1.Master/GetQuota',
+            curvine_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
+            curvine_dot_v1_dot_master__pb2.Quota.FromString,
             options,
             channel_credentials,
             insecure,
