@@ -47,5 +47,6 @@ class Filesystem:
         return self.ctx.overlay(attr)
 
     async def statfs(self) -> pb.StatFsReply:
-        reply: pb.StatFsReply = await self.ctx.call(self.ctx.master.statfs)
+        # As seen from the mount's root: a --subdir mount of a quota'd directory shows its quota.
+        reply: pb.StatFsReply = await self.ctx.call(self.ctx.master.statfs, self.root)
         return reply

@@ -239,6 +239,9 @@ class Operations(pyfuse3.Operations):
         data.f_files = reply.files + (1 << 32)
         data.f_ffree = 1 << 32
         data.f_favail = 1 << 32
+        if reply.max_files:    # an inode quota on the mounted directory (master/store/quotas.py)
+            data.f_files = reply.max_files
+            data.f_ffree = data.f_favail = max(0, reply.max_files - reply.files)
         data.f_namemax = 255
         return data
 
