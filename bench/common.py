@@ -212,7 +212,8 @@ def update_doc(name: str, body: str, doc: pathlib.Path = DOC) -> pathlib.Path:
 
 
 def publish(name: str, args: argparse.Namespace, payload: dict[str, Any], doc_body: str) -> None:
-    """Prints the doc section and, unless told not to, writes the JSON (and the doc, for full runs)."""
+    """Prints the doc section and, unless told not to, writes the JSON and its plots (bench/plots.py)
+    (and the doc, for full runs)."""
     print(doc_body)
     if args.no_write:
         return
@@ -221,6 +222,11 @@ def publish(name: str, args: argparse.Namespace, payload: dict[str, Any], doc_bo
     if not args.quick:
         update_doc(name, doc_body)
         print(f"updated {DOC.relative_to(REPO)} (section bench:{name})", file=sys.stderr)
+    from bench import plots  # here: plots imports this module
+    for png in plots.render(name, payload, path.parent, quick=args.quick):
+        print(f"wrote {png.relative_to(REPO)}", file=sys.stderr)
+    if not args.quick:
+        plots.update_plots_doc(path.parent)
 
 
 def gbps(nbytes: int, seconds: float) -> float:
