@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import TypeAlias, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from curvine_py.config import DEFAULT_MASTER_PORT, split_address
 from curvine_py.core.errors import CurvineError, from_errno
@@ -24,10 +25,52 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 64 << 20
 
+Req = TypeVar("Req", bound=Message)
+Rep = TypeVar("Rep", bound=Message)
+Rpc: TypeAlias = "grpc.UnaryUnaryMultiCallable[Req, Rep]"   # a string: grpc's class is not generic at run time
+
+
+class _MasterRpcs:
+    """The Master service's methods with their request and reply types (the generated stub is
+    untyped): the one table that says which message each RPC takes and returns."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        stub = MasterStub(channel)  # type: ignore[no-untyped-call]
+        self.lookup: Rpc[pb.LookupRequest, pb.AttrReply] = stub.Lookup
+        self.get_attr: Rpc[pb.InodeRequest, pb.AttrReply] = stub.GetAttr
+        self.resolve_path: Rpc[pb.PathRequest, pb.AttrReply] = stub.ResolvePath
+        self.set_attr: Rpc[pb.SetAttrRequest, pb.AttrReply] = stub.SetAttr
+        self.create: Rpc[pb.CreateRequest, pb.AttrReply] = stub.Create
+        self.create_many: Rpc[pb.CreateManyRequest, pb.CreateManyReply] = stub.CreateMany
+        self.link: Rpc[pb.LinkRequest, pb.AttrReply] = stub.Link
+        self.unlink: Rpc[pb.UnlinkRequest, pb.UnlinkReply] = stub.Unlink
+        self.rename: Rpc[pb.RenameRequest, pb.RenameReply] = stub.Rename
+        self.read_dir: Rpc[pb.ReadDirRequest, pb.ReadDirReply] = stub.ReadDir
+        self.read_link: Rpc[pb.InodeRequest, pb.ReadLinkReply] = stub.ReadLink
+        self.get_xattr: Rpc[pb.XattrRequest, pb.XattrReply] = stub.GetXattr
+        self.set_xattr: Rpc[pb.XattrRequest, pb.Empty] = stub.SetXattr
+        self.list_xattr: Rpc[pb.XattrRequest, pb.XattrReply] = stub.ListXattr
+        self.remove_xattr: Rpc[pb.XattrRequest, pb.Empty] = stub.RemoveXattr
+        self.stat_fs: Rpc[pb.StatFsRequest, pb.StatFsReply] = stub.StatFs
+        self.release_orphan: Rpc[pb.InodeRequest, pb.Empty] = stub.ReleaseOrphan
+        self.acquire_dir_lease: Rpc[pb.InodeRequest, pb.DirLeaseReply] = stub.AcquireDirLease
+        self.renew_dir_leases: Rpc[pb.DirLeasesRequest, pb.DirLeasesReply] = stub.RenewDirLeases
+        self.release_dir_leases: Rpc[pb.DirLeasesRequest, pb.Empty] = stub.ReleaseDirLeases
+        self.get_blocks: Rpc[pb.InodeRequest, pb.BlocksReply] = stub.GetBlocks
+        self.add_block: Rpc[pb.AddBlockRequest, pb.AddBlockReply] = stub.AddBlock
+        self.commit_file: Rpc[pb.CommitFileRequest, pb.AttrReply] = stub.CommitFile
+        self.set_policy: Rpc[pb.SetPolicyRequest, pb.PolicyReply] = stub.SetPolicy
+        self.get_policy: Rpc[pb.PathRequest, pb.PolicyReply] = stub.GetPolicy
+        self.set_quota: Rpc[pb.SetQuotaRequest, pb.Quota] = stub.SetQuota
+        self.get_quota: Rpc[pb.PathRequest, pb.Quota] = stub.GetQuota
+        self.get_membership: Rpc[pb.Empty, pb.Membership] = stub.GetMembership
+        self.report: Rpc[pb.Empty, pb.ClusterReport] = stub.Report
+
 
 class MasterClient:
-    """Every method takes and returns protobuf messages; conversion to user-facing types is done
-    by the callers (client.fs, fuse) so this stays a thin, complete mirror of master.proto."""
+    """One typed method per Master RPC the client side uses. Requests and replies are protobuf
+    messages of master.proto; conversion to user-facing types is done by the callers (client.fs,
+    fuse)."""
 
     def __init__(self, address: str, *, token: str = "", timeout_s: float = 5.0) -> None:
         host, port = split_address(address, DEFAULT_MASTER_PORT)
@@ -39,7 +82,7 @@ class MasterClient:
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 1000),
         ])
-        self._stub = MasterStub(self._channel)
+        self._rpc = _MasterRpcs(self._channel)
         self.session = uuid.uuid4().hex    # names this client to the master (directory leases)
         self._metadata = call_metadata(token, self.session)
         self.timeout_s = timeout_s
@@ -47,49 +90,48 @@ class MasterClient:
     def close(self) -> None:
         self._channel.close()
 
-    def call(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
+    def _call(self, rpc: Rpc[Req, Rep], request: Req, *, timeout_s: float | None = None) -> Rep:
         try:
-            return getattr(self._stub, method)(request, timeout=timeout_s or self.timeout_s,
-                                               metadata=self._metadata)
+            return rpc(request, timeout=timeout_s or self.timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
     # -- namespace ---------------------------------------------------------------------------
     def lookup(self, parent: int, name: str) -> cpb.Attr:
-        return self.call("Lookup", pb.LookupRequest(parent=parent, name=name)).attr
+        return self._call(self._rpc.lookup, pb.LookupRequest(parent=parent, name=name)).attr
 
     def getattr(self, ino: int) -> cpb.Attr:
-        return self.call("GetAttr", pb.InodeRequest(ino=ino)).attr
+        return self._call(self._rpc.get_attr, pb.InodeRequest(ino=ino)).attr
 
     def resolve(self, path: str, follow_symlinks: bool = True) -> cpb.Attr:
-        return self.call("ResolvePath", pb.PathRequest(path=path, follow_symlinks=follow_symlinks)).attr
+        return self._call(self._rpc.resolve_path, pb.PathRequest(path=path, follow_symlinks=follow_symlinks)).attr
 
     def setattr(self, request: pb.SetAttrRequest) -> cpb.Attr:
-        return self.call("SetAttr", request).attr
+        return self._call(self._rpc.set_attr, request).attr
 
     def create(self, request: pb.CreateRequest) -> cpb.Attr:
-        return self.call("Create", request).attr
+        return self._call(self._rpc.create, request).attr
 
     def create_many(self, requests: list[pb.CreateRequest]) -> list[cpb.Attr | CurvineError]:
         """Several creates in one call; each item is the created inode's attributes or its error."""
-        reply = self.call("CreateMany", pb.CreateManyRequest(creates=requests))
+        reply = self._call(self._rpc.create_many, pb.CreateManyRequest(creates=requests))
         return [from_errno(r.errno, r.error) if r.errno else r.attr for r in reply.results]
 
     def link(self, ino: int, new_parent: int, new_name: str) -> cpb.Attr:
-        return self.call("Link", pb.LinkRequest(ino=ino, new_parent=new_parent, new_name=new_name)).attr
+        return self._call(self._rpc.link, pb.LinkRequest(ino=ino, new_parent=new_parent, new_name=new_name)).attr
 
     def unlink(self, parent: int, name: str, *, directory: bool = False,
                keep_orphan: bool = False) -> pb.UnlinkReply:
-        return self.call("Unlink", pb.UnlinkRequest(parent=parent, name=name, directory=directory,
+        return self._call(self._rpc.unlink, pb.UnlinkRequest(parent=parent, name=name, directory=directory,
                                                     keep_orphan=keep_orphan))
 
     def rename(self, parent: int, name: str, new_parent: int, new_name: str,
                flags: int = 0, *, keep_orphan: bool = False) -> pb.RenameReply:
-        return self.call("Rename", pb.RenameRequest(parent=parent, name=name, new_parent=new_parent,
+        return self._call(self._rpc.rename, pb.RenameRequest(parent=parent, name=name, new_parent=new_parent,
                                                     new_name=new_name, flags=flags, keep_orphan=keep_orphan))
 
     def readdir(self, ino: int, after_name: str = "", limit: int = 1000) -> pb.ReadDirReply:
-        return self.call("ReadDir", pb.ReadDirRequest(ino=ino, after_name=after_name, limit=limit))
+        return self._call(self._rpc.read_dir, pb.ReadDirRequest(ino=ino, after_name=after_name, limit=limit))
 
     def readdir_all(self, ino: int) -> list[pb.DirEntry]:
         entries: list[pb.DirEntry] = []
@@ -102,63 +144,63 @@ class MasterClient:
             after = reply.entries[-1].name
 
     def readlink(self, ino: int) -> str:
-        return str(self.call("ReadLink", pb.InodeRequest(ino=ino)).target)
+        return str(self._call(self._rpc.read_link, pb.InodeRequest(ino=ino)).target)
 
     def getxattr(self, ino: int, name: str) -> bytes:
-        return bytes(self.call("GetXattr", pb.XattrRequest(ino=ino, name=name)).value)
+        return bytes(self._call(self._rpc.get_xattr, pb.XattrRequest(ino=ino, name=name)).value)
 
     def setxattr(self, ino: int, name: str, value: bytes, flags: int = 0) -> None:
-        self.call("SetXattr", pb.XattrRequest(ino=ino, name=name, value=value, flags=flags))
+        self._call(self._rpc.set_xattr, pb.XattrRequest(ino=ino, name=name, value=value, flags=flags))
 
     def listxattr(self, ino: int) -> list[str]:
-        return list(self.call("ListXattr", pb.XattrRequest(ino=ino)).names)
+        return list(self._call(self._rpc.list_xattr, pb.XattrRequest(ino=ino)).names)
 
     def removexattr(self, ino: int, name: str) -> None:
-        self.call("RemoveXattr", pb.XattrRequest(ino=ino, name=name))
+        self._call(self._rpc.remove_xattr, pb.XattrRequest(ino=ino, name=name))
 
     def statfs(self, ino: int = 0) -> pb.StatFsReply:
         """The cluster's space (ino 0), or as seen from directory `ino` (bounded by its nearest quota)."""
-        return self.call("StatFs", pb.StatFsRequest(ino=ino))
+        return self._call(self._rpc.stat_fs, pb.StatFsRequest(ino=ino))
 
     def release_orphan(self, ino: int) -> None:
-        self.call("ReleaseOrphan", pb.InodeRequest(ino=ino))
+        self._call(self._rpc.release_orphan, pb.InodeRequest(ino=ino))
 
     # -- directory leases (master/leases.py) ----------------------------------------------------
     def acquire_dir_lease(self, ino: int) -> pb.DirLeaseReply:
-        return self.call("AcquireDirLease", pb.InodeRequest(ino=ino))
+        return self._call(self._rpc.acquire_dir_lease, pb.InodeRequest(ino=ino))
 
     def renew_dir_leases(self, dirs: list[int]) -> pb.DirLeasesReply:
-        return self.call("RenewDirLeases", pb.DirLeasesRequest(dirs=dirs))
+        return self._call(self._rpc.renew_dir_leases, pb.DirLeasesRequest(dirs=dirs))
 
     def release_dir_leases(self, dirs: list[int]) -> None:
-        self.call("ReleaseDirLeases", pb.DirLeasesRequest(dirs=dirs))
+        self._call(self._rpc.release_dir_leases, pb.DirLeasesRequest(dirs=dirs))
 
     # -- file data ---------------------------------------------------------------------------
     def get_blocks(self, ino: int) -> pb.BlocksReply:
-        return self.call("GetBlocks", pb.InodeRequest(ino=ino))
+        return self._call(self._rpc.get_blocks, pb.InodeRequest(ino=ino))
 
     def add_block(self, ino: int, index: int, client_node: str = "") -> pb.AddBlockReply:
-        return self.call("AddBlock", pb.AddBlockRequest(ino=ino, index=index, client_node=client_node))
+        return self._call(self._rpc.add_block, pb.AddBlockRequest(ino=ino, index=index, client_node=client_node))
 
     def commit(self, ino: int, size: int, blocks: list[pb.BlockInfo], set_mtime: bool = True) -> cpb.Attr:
-        return self.call("CommitFile", pb.CommitFileRequest(ino=ino, size=size, blocks=blocks,
+        return self._call(self._rpc.commit_file, pb.CommitFileRequest(ino=ino, size=size, blocks=blocks,
                                                             set_mtime=set_mtime)).attr
 
     # -- policy and cluster ------------------------------------------------------------------
     def set_policy(self, path: str, policy: cpb.Policy) -> pb.PolicyReply:
-        return self.call("SetPolicy", pb.SetPolicyRequest(path=path, policy=policy))
+        return self._call(self._rpc.set_policy, pb.SetPolicyRequest(path=path, policy=policy))
 
     def get_policy(self, path: str) -> pb.PolicyReply:
-        return self.call("GetPolicy", pb.PathRequest(path=path))
+        return self._call(self._rpc.get_policy, pb.PathRequest(path=path))
 
     def set_quota(self, path: str, max_bytes: int, max_inodes: int) -> pb.Quota:
-        return self.call("SetQuota", pb.SetQuotaRequest(path=path, max_bytes=max_bytes, max_inodes=max_inodes))
+        return self._call(self._rpc.set_quota, pb.SetQuotaRequest(path=path, max_bytes=max_bytes, max_inodes=max_inodes))
 
     def get_quota(self, path: str) -> pb.Quota:
-        return self.call("GetQuota", pb.PathRequest(path=path))
+        return self._call(self._rpc.get_quota, pb.PathRequest(path=path))
 
     def membership(self) -> pb.Membership:
-        return self.call("GetMembership", pb.Empty())
+        return self._call(self._rpc.get_membership, pb.Empty())
 
     def report(self) -> pb.ClusterReport:
-        return self.call("Report", pb.Empty())
+        return self._call(self._rpc.report, pb.Empty())

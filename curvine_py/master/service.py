@@ -409,7 +409,7 @@ def server_options() -> list[tuple[str, int]]:
 
 
 def build_server(service: MasterService, token: str, *, threads: int = HANDLER_THREADS) -> grpc.Server:
-    interceptors = [TokenInterceptor(token)] if token else []
+    interceptors: list[grpc.ServerInterceptor] = [TokenInterceptor(token)] if token else []
     server = grpc.server(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="master-rpc"),
                          interceptors=interceptors, options=server_options())
     master_pb2_grpc.add_MasterServicer_to_server(service, server)  # type: ignore[no-untyped-call]

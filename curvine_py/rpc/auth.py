@@ -20,20 +20,22 @@ def bearer(token: str) -> str:
     return f"Bearer {token}"
 
 
-def token_matches(expected: str | None, presented: str | None) -> bool:
+def token_matches(expected: str | None, presented: str | bytes | None) -> bool:
     if not expected:
         return True
-    return presented is not None and hmac.compare_digest(expected.encode(), presented.encode())
+    if presented is None:
+        return False
+    return hmac.compare_digest(expected.encode(), presented if isinstance(presented, bytes) else presented.encode())
 
 
-class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class TokenInterceptor(grpc.ServerInterceptor):
     def __init__(self, token: str | None) -> None:
         self._token = token
 
         def deny(request: Any, context: grpc.ServicerContext) -> Any:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
 
-        self._deny = grpc.unary_unary_rpc_method_handler(deny)
+        self._deny: grpc.RpcMethodHandler[Any, Any] = grpc.unary_unary_rpc_method_handler(deny)
 
     def intercept_service(self, continuation: Callable[[Any], Any],
                           handler_call_details: grpc.HandlerCallDetails) -> Any:

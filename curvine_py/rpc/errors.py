@@ -68,9 +68,10 @@ def from_rpc_error(exc: grpc.RpcError) -> CurvineError:
     code: grpc.StatusCode = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = exc.details() if hasattr(exc, "details") else str(exc)
     trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
-    for key, value in trailing or ():
-        if key == ERRNO_METADATA:
-            return errors.from_errno(errors.errno_from_name(str(value)), details or "")
+    for item in trailing or ():
+        if item.key == ERRNO_METADATA:
+            value = item.value.decode() if isinstance(item.value, bytes) else str(item.value)
+            return errors.from_errno(errors.errno_from_name(value), details or "")
     code_errno = _ERRNO_BY_STATUS.get(code, E.EIO)
     return errors.from_errno(code_errno, f"{code.name}: {details}")
 
