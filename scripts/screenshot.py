@@ -34,6 +34,15 @@ def populate(cluster: Cluster) -> None:
     client.fs.set_policy("/kvcache", cpb.Policy(storage_class=cpb.CACHE, ttl_ms=3_600_000))
     client.fs.mkdir("/models")
     client.fs.set_policy("/models", cpb.Policy(storage_class=cpb.DURABLE, replicas=2))
+    client.fs.mkdir("/tenants")
+    for tenant, limit in (("a", 256 * MiB), ("b", 0)):
+        client.fs.mkdir(f"/tenants/{tenant}")
+        client.fs.set_quota(f"/tenants/{tenant}", max_bytes=limit, max_inodes=10_000)
+        with open(__file__, "rb") as source:
+            payload = source.read()
+        for index in range(3):
+            with client.fs.open(f"/tenants/{tenant}/file{index}", "wb") as fh:
+                fh.write(payload * 200)
     for index in range(24):
         client.kv.put(f"screenshot-chunk-{index}", bytes([index]) * (8 * MiB))
 

@@ -4,13 +4,13 @@ itself with `<meta http-equiv="refresh">`.
 
 Every value from the cluster is HTML-escaped (node names and paths are user input). Elements carry
 stable ids, classes and `data-` attributes (`#workers tr[data-worker-id]`, `data-health`,
-`#summary [data-field]`, `#policies`) so tests and scrapers read the DOM, not the prose.
+`#summary [data-field]`, `#policies`, `#quotas`) so tests and scrapers read the DOM, not the prose.
 """
 from __future__ import annotations
 
 import html
 
-from curvine_py.observe.statusview import PolicyView, StatusView, WorkerView
+from curvine_py.observe.statusview import PolicyView, QuotaView, StatusView, WorkerView
 
 DEFAULT_REFRESH_S = 2
 
@@ -60,12 +60,28 @@ def _age(ms: int | None) -> str:
     return f"{ms / 1000:.1f} s ago" if ms < 120_000 else f"{ms // 60_000} min ago"
 
 
-def _bar(used: int, capacity: int) -> str:
-    ratio = min(1.0, used / capacity) if capacity else 0.0
+def _meter(ratio: float) -> str:
     level = " crit" if ratio >= 0.95 else " warn" if ratio >= 0.8 else ""
     return (f'<span class="bar" role="meter" aria-valuenow="{ratio * 100:.1f}" aria-valuemin="0" '
             f'aria-valuemax="100"><span class="fill{level}" style="display:block;width:{ratio * 100:.1f}%">'
-            f'</span></span>{human_bytes(used)} / {human_bytes(capacity)} ({ratio * 100:.0f}%)')
+            "</span></span>")
+
+
+def _bar(used: int, capacity: int) -> str:
+    ratio = min(1.0, used / capacity) if capacity else 0.0
+    return f"{_meter(ratio)}{human_bytes(used)} / {human_bytes(capacity)} ({ratio * 100:.0f}%)"
+
+
+def _count(n: int) -> str:
+    return f"{n:,}"
+
+
+def _limit(used: int, limit: int, *, as_bytes: bool) -> str:
+    """Usage against a quota limit (0 = unlimited: usage only, no bar)."""
+    shown = human_bytes if as_bytes else _count
+    if not limit:
+        return f'{shown(used)} <span class="none">/ unlimited</span>'
+    return f"{_meter(min(1.0, used / limit))}{shown(used)} / {shown(limit)} ({used / limit * 100:.0f}%)"
 
 
 def _summary_item(field: str, label: str, value: str) -> str:
@@ -87,14 +103,18 @@ def _worker_row(w: WorkerView) -> str:
 
 def _policy_row(p: PolicyView) -> str:
     e = html.escape
-    quota = '<span class="none">not reported</span>' if p.quota_bytes is None else \
-        ('none' if p.quota_bytes == 0 else human_bytes(p.quota_bytes))
     ttl = f"{p.ttl_ms / 1000:g} s" if p.ttl_ms else "none"
     replicas = str(p.replicas) if p.replicas else "default"
     return (f'<tr data-path="{e(p.path)}"><td class="path">{e(p.path)}</td>'
             f'<td class="class">{p.storage_class}</td><td class="num">{replicas}</td><td>{ttl}</td>'
-            f'<td>{e(p.placement)}</td><td>{"lz4" if p.compress else "off"}</td>'
-            f'<td class="quota">{quota}</td></tr>')
+            f'<td>{e(p.placement)}</td><td>{"lz4" if p.compress else "off"}</td></tr>')
+
+
+def _quota_row(q: QuotaView) -> str:
+    e = html.escape
+    return (f'<tr data-path="{e(q.path)}"><td class="path">{e(q.path)}</td>'
+            f'<td class="bytes">{_limit(q.used_bytes, q.max_bytes, as_bytes=True)}</td>'
+            f'<td class="inodes">{_limit(q.used_inodes, q.max_inodes, as_bytes=False)}</td></tr>')
 
 
 def render(view: StatusView, *, refresh_s: int = DEFAULT_REFRESH_S, generated: str = "") -> str:
@@ -135,9 +155,15 @@ def render(view: StatusView, *, refresh_s: int = DEFAULT_REFRESH_S, generated: s
         parts.append('<tr><td colspan="11" class="none">no worker has registered</td></tr>')
     parts.append("</tbody></table><h2>Directory policies</h2>")
     parts.append('<table id="policies"><thead><tr><th>directory</th><th>class</th><th>replicas</th>'
-                 "<th>TTL</th><th>placement</th><th>compression</th><th>quota</th></tr></thead><tbody>")
+                 "<th>TTL</th><th>placement</th><th>compression</th></tr></thead><tbody>")
     parts += [_policy_row(p) for p in view.policies]
     if not view.policies:
-        parts.append('<tr><td colspan="7" class="none">no directory policy read</td></tr>')
+        parts.append('<tr><td colspan="6" class="none">no directory policy read</td></tr>')
+    parts.append("</tbody></table><h2>Directory quotas</h2>")
+    parts.append('<table id="quotas"><thead><tr><th>directory</th><th>bytes</th><th>inodes</th></tr></thead>'
+                 "<tbody>")
+    parts += [_quota_row(q) for q in view.quotas]
+    if not view.quotas:
+        parts.append('<tr><td colspan="3" class="none">no directory has a quota</td></tr>')
     parts.append("</tbody></table></body></html>")
     return "".join(parts)

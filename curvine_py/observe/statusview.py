@@ -11,7 +11,7 @@ Health of a worker, in the order it is decided:
 
 Hit counts are optional: the report carries them only when the workers send them (a `hits` and a
 `misses` field in `WorkerInfo`); until then the page says the hit rate is not reported rather than
-showing a number it does not have. Quotas likewise (a `quota_bytes` field in `Policy`).
+showing a number it does not have. Quotas are the report's own list (every directory quota).
 """
 from __future__ import annotations
 
@@ -73,7 +73,17 @@ class PolicyView:
     ttl_ms: int               # 0 = none
     placement: str            # "hash" / "local"
     compress: bool
-    quota_bytes: int | None = None   # None: this master does not report quotas
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaView:
+    """A directory quota: limits 0 = unlimited; usage over the subtree."""
+
+    path: str
+    max_bytes: int
+    max_inodes: int
+    used_bytes: int
+    used_inodes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +99,7 @@ class StatusView:
     blocks: int
     dir_leases: int
     policies: tuple[PolicyView, ...] = ()
+    quotas: tuple[QuotaView, ...] = ()
     master: str = ""
     error: str = ""            # set when the last report could not be read (the page says so)
 
@@ -147,7 +158,12 @@ def policy_view(reply: mpb.PolicyReply) -> PolicyView:
     return PolicyView(
         path=reply.path or "/", storage_class=_CLASS_NAMES.get(policy.storage_class, "inherit"),
         replicas=policy.replicas, ttl_ms=policy.ttl_ms, placement=policy.placement or "hash",
-        compress=policy.compress, quota_bytes=_optional_uint(policy, "quota_bytes"))
+        compress=policy.compress)
+
+
+def quota_view(quota: mpb.Quota) -> QuotaView:
+    return QuotaView(path=quota.path or "/", max_bytes=quota.max_bytes, max_inodes=quota.max_inodes,
+                     used_bytes=quota.used_bytes, used_inodes=quota.used_inodes)
 
 
 def status_view(report: mpb.ClusterReport, *, now_ms: int, policies: Sequence[mpb.PolicyReply] = (),
@@ -159,7 +175,8 @@ def status_view(report: mpb.ClusterReport, *, now_ms: int, policies: Sequence[mp
         cluster_id=report.cluster_id, epoch=report.epoch, workers=tuple(workers),
         capacity=report.capacity, used=report.used, available=report.available, files=report.files,
         directories=report.directories, blocks=report.blocks, dir_leases=report.dir_leases,
-        policies=tuple(policy_view(p) for p in policies), master=master)
+        policies=tuple(policy_view(p) for p in policies),
+        quotas=tuple(sorted((quota_view(q) for q in report.quotas), key=lambda q: q.path)), master=master)
 
 
 def unavailable_view(master: str, error: str) -> StatusView:

@@ -69,10 +69,25 @@ def test_hit_rate_when_counts_exist() -> None:
     assert sv.hit_rate(0, 0) is None
 
 
+def test_quotas_from_the_report() -> None:
+    r = report(worker("w1", "n1"))
+    r.quotas.add(path="/tenant-b", max_bytes=GiB, used_bytes=GiB // 4, max_inodes=0, used_inodes=12)
+    r.quotas.add(path="/tenant-a", max_bytes=0, max_inodes=100, used_bytes=5, used_inodes=99)
+    view = sv.status_view(r, now_ms=NOW_MS)
+    assert [q.path for q in view.quotas] == ["/tenant-a", "/tenant-b"]
+    page = render(view)
+    rows = [attrs for tag, attrs in parse(page).tags if tag == "tr" and "data-path" in attrs]
+    assert [a["data-path"] for a in rows] == ["/tenant-a", "/tenant-b"]
+    assert "256.0 MiB / 1.0 GiB (25%)" in page
+    assert "99 / 100 (99%)" in page
+    assert "12 <span class=\"none\">/ unlimited</span>" in page
+    empty = render(sv.status_view(report(worker("w1", "n1")), now_ms=NOW_MS))
+    assert "no directory has a quota" in empty
+
+
 def test_policy_view() -> None:
     p = sv.policy_view(mpb.PolicyReply(path="/kv", policy=cpb.Policy(storage_class=cpb.CACHE, ttl_ms=5000)))
     assert (p.path, p.storage_class, p.ttl_ms, p.placement, p.replicas) == ("/kv", "cache", 5000, "hash", 0)
-    assert p.quota_bytes is None            # not in this protocol: shown as not reported
     root = sv.policy_view(mpb.PolicyReply(policy=cpb.Policy(storage_class=cpb.DURABLE, placement="local")))
     assert (root.path, root.storage_class, root.placement) == ("/", "durable", "local")
 

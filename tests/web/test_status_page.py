@@ -31,7 +31,10 @@ const fields = {};
 document.querySelectorAll('#summary [data-field]').forEach(d => { fields[d.dataset.field] = d.textContent; });
 const policies = [...document.querySelectorAll('#policies tr[data-path]')].map(r => ({
   path: r.dataset.path, cls: r.querySelector('td.class').textContent}));
-return {rows, fields, policies, loadedAt: performance.timeOrigin,
+const quotas = [...document.querySelectorAll('#quotas tr[data-path]')].map(r => ({
+  path: r.dataset.path, bytes: r.querySelector('td.bytes').textContent,
+  inodes: r.querySelector('td.inodes').textContent}));
+return {rows, fields, policies, quotas, loadedAt: performance.timeOrigin,
         resources: performance.getEntriesByType('resource').map(e => e.name),
         refresh: document.querySelector('meta[http-equiv=refresh]')?.content ?? null};
 """
@@ -91,6 +94,9 @@ def test_page_shows_the_cluster_and_a_killed_worker_turns_lost(
     client = cluster.client()
     client.fs.mkdir("/kvcache")
     client.fs.set_policy("/kvcache", cpb.Policy(storage_class=cpb.CACHE, ttl_ms=60_000))
+    client.fs.mkdir("/tenant")
+    client.fs.set_quota("/tenant", max_bytes=1 << 30, max_inodes=1000)
+    client.fs.mkdir("/tenant/a")
     client.kv.put("status-page-object", b"x" * (1 << 20))
     report = master.report()
 
@@ -106,6 +112,7 @@ def test_page_shows_the_cluster_and_a_killed_worker_turns_lost(
     assert state["fields"]["hit-rate"] == "not reported"   # the report has no hit counts yet
     assert {(p["path"], p["cls"]) for p in state["policies"]} >= {("/kvcache", "cache")}
     assert state["policies"][0]["path"] == "/"
+    assert state["quotas"] == [{"path": "/tenant", "bytes": "0 B / 1.0 GiB (0%)", "inodes": "1 / 1,000 (0%)"}]
     # Self-contained and self-refreshing: no fetched asset, a meta refresh of 1 s.
     assert state["resources"] == []
     assert state["refresh"] == "1"
