@@ -74,8 +74,8 @@ class ShortCircuitClient:
                 need = frames.PREFIX_SIZE + prefix.header_length
         assert prefix is not None
         if prefix.request_id != request_id or prefix.op != op:
-            for fd in fds:
-                os.close(fd)
+            for stray in fds:
+                os.close(stray)
             raise ProtocolError("short-circuit reply out of order")
         reply = frames.decode_header(bytes(buffer[frames.PREFIX_SIZE:need]))
         for extra in fds[1:]:

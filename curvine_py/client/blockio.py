@@ -1,0 +1,152 @@
+"""Block I/O for files: whole blocks read and written on workers with failover and fan-out, the
+verifiable ranges they are read in, and the pools shared by every open file (block buffers,
+read-ahead and write-behind threads).
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from curvine_py.client.buffers import aligned
+from curvine_py.client.master import MasterClient
+from curvine_py.client.membership import MembershipCache
+from curvine_py.client.workerio import WorkerIO
+from curvine_py.core import frames, layout
+from curvine_py.core.errors import Corrupt, CurvineError, Timeout, Unavailable
+from curvine_py.core.rules import verifiable_range
+from curvine_py.proto.curvine.v1 import master_pb2 as pb
+from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
+
+READ_AHEAD_THREADS = 4       # background fetches in flight, all files together
+SPARE_BLOCK_BUFFERS = 2      # per block size, all files together (a sequential writer needs two)
+
+
+class BlockStore:
+    """Reads and writes whole blocks on workers for files (shared by every open file)."""
+
+    def __init__(self, master: MasterClient, membership: MembershipCache, io_: WorkerIO) -> None:
+        self.master = master
+        self.membership = membership
+        self.io = io_
+        self._fanout = ThreadPoolExecutor(max_workers=4, thread_name_prefix="block-fanout")
+        self._ahead: ThreadPoolExecutor | None = None
+        self._behind: ThreadPoolExecutor | None = None
+        self._ahead_lock = threading.Lock()
+        self._free_blocks: dict[int, list[tuple[memoryview, int]]] = {}
+
+    def close(self) -> None:
+        self._fanout.shutdown(wait=False, cancel_futures=True)
+        if self._ahead is not None:
+            self._ahead.shutdown(wait=False, cancel_futures=True)
+        if self._behind is not None:
+            self._behind.shutdown(wait=False, cancel_futures=True)
+
+    def block_buffer(self, size: int) -> memoryview:
+        """A zero-filled, page-aligned buffer for a dirty block: a recycled one when there is one.
+        Writing into fresh anonymous memory costs a page fault per 4 KiB (measured: 0.64 GB/s
+        against 3.5 GB/s into memory touched before); re-zeroing what was used is cheaper."""
+        with self._ahead_lock:
+            free = self._free_blocks.get(size)
+            found = free.pop() if free else None
+        if found is None:
+            return aligned(size)
+        buffer, used = found
+        if used:
+            ctypes.memset(ctypes.addressof(ctypes.c_char.from_buffer(buffer)), 0, used)
+        return buffer
+
+    def recycle(self, buffer: memoryview, used: int) -> None:
+        """Takes back a block buffer nobody reads or writes any more; `used`: how many leading
+        bytes may be non-zero."""
+        with self._ahead_lock:
+            free = self._free_blocks.setdefault(len(buffer), [])
+            if len(free) < SPARE_BLOCK_BUFFERS:
+                free.append((buffer, min(used, len(buffer))))
+
+    def upload(self, ino: int, index: int, data: memoryview, node: str) -> Future[pb.BlockInfo]:
+        """`write` in the background (write-behind of full blocks)."""
+        with self._ahead_lock:
+            if self._behind is None:
+                self._behind = ThreadPoolExecutor(max_workers=2, thread_name_prefix="write-behind")
+            return self._behind.submit(self.write, ino, index, data, node)
+
+    def prefetch(self, fetch: Callable[[], memoryview]) -> Future[memoryview]:
+        """Runs a read-ahead fetch in the background (a small pool shared by all files)."""
+        with self._ahead_lock:
+            if self._ahead is None:
+                self._ahead = ThreadPoolExecutor(max_workers=READ_AHEAD_THREADS, thread_name_prefix="read-ahead")
+            return self._ahead.submit(fetch)
+
+    def read(self, block: pb.BlockInfo, offset: int, length: int, out: memoryview | None = None,
+             minimum: int | None = None) -> memoryview:
+        """Bytes [offset, offset+length) of a stored block, verified. `offset` must be chunk-aligned
+        and the range must end on a chunk boundary or at the stored end, so every chunk is
+        verifiable; the worker may clip the range at its stored end, which is fine as long as at
+        least `minimum` (default: `length`) bytes arrive."""
+        view = self.membership.view()
+        request = DataHeader(block_id=block.block_id, offset=offset, length=length)
+        errors: list[CurvineError] = []
+        candidates = [w for w in block.worker_ids if w in view.workers]
+        for worker_id in candidates:
+            try:
+                _reply, data = self.io.read(view.workers[worker_id], frames.Op.READ_BLOCK, request, out,
+                                            whole=False)
+            except (Unavailable, Timeout, Corrupt) as exc:
+                errors.append(exc)
+                continue
+            if data is None or len(data) < (length if minimum is None else minimum):
+                errors.append(Corrupt(f"block {block.block_id:x}: short read"))
+                continue
+            return data
+        if errors:
+            raise errors[-1]
+        raise Unavailable(f"block {block.block_id:x}: none of its workers {list(block.worker_ids)} is live")
+
+    def write(self, ino: int, index: int, data: memoryview, node: str) -> pb.BlockInfo:
+        """Allocates a block and writes it to all its workers in parallel (client fan-out, as
+        Curvine); succeeds when every replica acknowledged."""
+        grant = self.master.add_block(ino, index, node)
+        digest = layout.object_checksum(data)
+        view = self.membership.view()
+        missing = [w for w in grant.worker_ids if w not in view.workers]
+        if missing:
+            view = self.membership.refresh()
+        header = DataHeader(block_id=grant.block_id, length=len(data), checksum=digest,
+                            storage_class=grant.storage_class, ttl_ms=grant.ttl_ms)
+
+        def send(worker_id: str) -> str:
+            worker = view.workers.get(worker_id)
+            if worker is None:
+                raise Unavailable(f"worker {worker_id} chosen for block {grant.block_id:x} is not live")
+            self.io.call(worker, frames.Op.WRITE_BLOCK, header, data)
+            return worker_id
+
+        if len(grant.worker_ids) == 1:
+            written = [send(grant.worker_ids[0])]
+        else:
+            written = list(self._fanout.map(send, grant.worker_ids))
+        return pb.BlockInfo(index=index, block_id=grant.block_id, length=len(data), checksum=digest,
+                            worker_ids=written)
+
+    def read_chunk(self, block: pb.BlockInfo, start: int, buffer: memoryview) -> memoryview:
+        """One verified chunk of a stored block (clipped at the block's end) into `buffer`."""
+        wanted = verifiable_range(block.length, block.checksum != 0, start, layout.CHUNK_SIZE)
+        data = self.read(block, wanted.offset, wanted.length, buffer[:wanted.length], minimum=wanted.minimum)
+        return data[:wanted.minimum]
+
+    def read_into(self, block: pb.BlockInfo | None, inner: int, target: memoryview) -> None:
+        """Bytes [inner, inner+len(target)) of a stored block into `target`, verified; bytes past the
+        block's end (or of a missing block: a hole) read as zeros."""
+        stored = min(len(target), max(0, (block.length if block else 0) - inner))
+        if stored < len(target):
+            target[stored:] = bytes(len(target) - stored)  # hole or beyond the block's end
+        if stored == 0 or block is None:
+            return
+        wanted = verifiable_range(block.length, block.checksum != 0, inner, stored)
+        if wanted.direct:
+            self.read(block, wanted.offset, wanted.length, target[:stored])  # into the caller's buffer
+        else:
+            data = self.read(block, wanted.offset, wanted.length, minimum=wanted.minimum)
+            target[:stored] = data[wanted.skip:wanted.skip + stored]
