@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "kv": ("curvine_py.cli.kv", "KV objects: put get exists rm"),
     "report": ("curvine_py.cli.report", "cluster workers, capacity, usage, health"),
     "mount": ("curvine_py.fuse.main", "FUSE mount of the namespace"),
+    "csi": ("curvine_py.csi.main", "Kubernetes CSI driver (identity, controller, node) on a unix socket"),
     "bench": ("curvine_py.bench.main", "benchmarks: kv placement meta fuse lmcache"),
 }
 

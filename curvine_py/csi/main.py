@@ -1,0 +1,104 @@
+"""`curvine-py csi --endpoint unix:///path/csi.sock --node-id ID [--controller] [--node]
+--master HOST:PORT [--token-file F]`: the composition root of the CSI plugin.
+
+Prints one ready line `csi=<socket path>` once it serves. SIGTERM/SIGINT stop the server (exit 0);
+the FUSE mounts of staged volumes keep running and are adopted by the next plugin.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from curvine_py.core.errors import CurvineError, InvalidArgument
+from curvine_py.csi.catalog import DEFAULT_INDEX_DIR
+from curvine_py.csi.driver import Driver
+from curvine_py.csi.driver_settings import DriverSettings
+from curvine_py.csi.identity import DRIVER_NAME
+from curvine_py.csi.server import serve
+from curvine_py.csi.volumes import DEFAULT_BASE_PATH
+
+log = logging.getLogger(__name__)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="curvine-py csi", description="Kubernetes CSI driver for curvine-py.")
+    p.add_argument("--endpoint", default=os.environ.get("CSI_ENDPOINT", ""),
+                   help="unix:///path/csi.sock (env CSI_ENDPOINT)")
+    p.add_argument("--node-id", default=os.environ.get("NODE_ID", ""), help="this node's name (env NODE_ID)")
+    p.add_argument("--controller", action="store_true", help="serve the Controller service")
+    p.add_argument("--node", action="store_true", help="serve the Node service")
+    p.add_argument("--master", default=os.environ.get("CURVINE_MASTER", ""), help="HOST:PORT of the master")
+    p.add_argument("--token-file", default="", help="file holding the cluster's shared secret")
+    p.add_argument("--driver-name", default=DRIVER_NAME)
+    p.add_argument("--base-path", default=DEFAULT_BASE_PATH,
+                   help=f"where volumes are made when the StorageClass names no basePath (default {DEFAULT_BASE_PATH})")
+    p.add_argument("--index-dir", default=DEFAULT_INDEX_DIR, help=f"the volume index (default {DEFAULT_INDEX_DIR})")
+    p.add_argument("--state-dir", default="/var/lib/curvine-csi",
+                   help="node-local dir for the state of staged volumes and mount logs (node)")
+    p.add_argument("--max-volumes", type=int, default=0, help="volumes per node reported to the CO (0: no limit)")
+    p.add_argument("--mount-arg", action="append", default=[],
+                   help="extra argument for every `curvine-py mount` (repeatable), e.g. --mount-arg=--deadline=30")
+    p.add_argument("--log-level", default=os.environ.get("CURVINE_LOG_LEVEL", "INFO"))
+    return p
+
+
+def settings_from(argv: list[str]) -> tuple[str, DriverSettings, str]:
+    args = parser().parse_args(argv)
+    if not args.endpoint:
+        raise InvalidArgument("--endpoint unix:///path/csi.sock is required")
+    if not args.node_id:
+        raise InvalidArgument("--node-id is required")
+    if not args.master:
+        raise InvalidArgument("--master HOST:PORT is required")
+    if not (args.controller or args.node):
+        raise InvalidArgument("serve at least one of --controller and --node")
+    token = os.environ.get("CURVINE_TOKEN", "")
+    if args.token_file:
+        try:
+            with open(args.token_file) as fh:
+                token = fh.read().strip()
+        except OSError as exc:
+            raise InvalidArgument(f"--token-file {args.token_file}: {exc.strerror}") from None
+    settings = DriverSettings(node_id=args.node_id, controller=args.controller, node=args.node, master=args.master,
+                              token=token, name=args.driver_name, base_path=args.base_path,
+                              index_dir=args.index_dir, state_dir=args.state_dir, max_volumes=args.max_volumes,
+                              mount_args=tuple(args.mount_arg))
+    return args.endpoint, settings, args.log_level
+
+
+def main(argv: list[str]) -> int:
+    try:
+        endpoint, settings, level = settings_from(argv)
+    except CurvineError as exc:
+        print(f"curvine-py csi: {exc.message}", file=sys.stderr)
+        return 2
+    roles = "+".join(r for r, on in (("controller", settings.controller), ("node", settings.node)) if on)
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s csi[{roles} {settings.node_id}] %(name)s: %(message)s")
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        driver = Driver(settings)
+        server, path = serve(endpoint, driver.register)
+    except CurvineError as exc:
+        print(f"curvine-py csi: {exc.message}", file=sys.stderr)
+        return 1
+    try:
+        driver.start()
+        log.info("serving %s on %s (master %s)", roles, path, settings.master)
+        print(f"csi={path}", flush=True)
+        stop.wait()
+        log.info("stopping")
+    finally:
+        server.stop(grace=5).wait()
+        driver.stop()
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    return 0
