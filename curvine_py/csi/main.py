@@ -42,6 +42,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-volumes", type=int, default=0, help="volumes per node reported to the CO (0: no limit)")
     p.add_argument("--mount-arg", action="append", default=[],
                    help="extra argument for every `curvine-py mount` (repeatable), e.g. --mount-arg=--deadline=30")
+    p.add_argument("--recovery-interval", type=float, default=1.0,
+                   help="seconds between looks for dead volume mounts (node; default 1)")
     p.add_argument("--log-level", default=os.environ.get("CURVINE_LOG_LEVEL", "INFO"))
     return p
 
@@ -54,6 +56,8 @@ def settings_from(argv: list[str]) -> tuple[str, DriverSettings, str]:
         raise InvalidArgument("--node-id is required")
     if not args.master:
         raise InvalidArgument("--master HOST:PORT is required")
+    if args.recovery_interval <= 0:
+        raise InvalidArgument("--recovery-interval must be > 0")
     if not (args.controller or args.node):
         raise InvalidArgument("serve at least one of --controller and --node")
     token = os.environ.get("CURVINE_TOKEN", "")
@@ -66,7 +70,7 @@ def settings_from(argv: list[str]) -> tuple[str, DriverSettings, str]:
     settings = DriverSettings(node_id=args.node_id, controller=args.controller, node=args.node, master=args.master,
                               token=token, name=args.driver_name, base_path=args.base_path,
                               index_dir=args.index_dir, state_dir=args.state_dir, max_volumes=args.max_volumes,
-                              mount_args=tuple(args.mount_arg))
+                              mount_args=tuple(args.mount_arg), recovery_interval_s=args.recovery_interval)
     return args.endpoint, settings, args.log_level
 
 

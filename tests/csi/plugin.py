@@ -1,0 +1,112 @@
+"""A real `curvine-py csi` process on a real unix socket, and gRPC stubs to drive it.
+
+    with Plugin(tmp_path, cluster.master_address, node=True) as plugin:
+        plugin.node.NodeGetInfo(csi.NodeGetInfoRequest())
+
+`kill()` is kill -9 (its mount processes live on, in their own sessions); `restart()` starts a
+new plugin on the same socket and state dir.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Sequence
+from typing import Any, Self
+
+import grpc
+
+from curvine_py.procs import RoleProcess, curvine_command, start
+from curvine_py.proto.csi.v1 import csi_pb2 as csi
+from curvine_py.proto.csi.v1 import csi_pb2_grpc
+
+MOUNT = csi.VolumeCapability.MountVolume
+Mode = csi.VolumeCapability.AccessMode
+
+
+def capability(mode: int = Mode.SINGLE_NODE_WRITER, *, flags: Sequence[str] = (), fs_type: str = "") -> Any:
+    return csi.VolumeCapability(mount=MOUNT(fs_type=fs_type, mount_flags=list(flags)),
+                                access_mode=Mode(mode=mode))
+
+
+def block_capability() -> Any:
+    return csi.VolumeCapability(block=csi.VolumeCapability.BlockVolume(), access_mode=Mode(mode=Mode.SINGLE_NODE_WRITER))
+
+
+class Plugin:
+    def __init__(self, root: pathlib.Path, master: str, *, controller: bool = True, node: bool = True,
+                 node_id: str = "node-a", extra: Sequence[str] = ()) -> None:
+        self.root = pathlib.Path(root)
+        self.master = master
+        self.socket = self.root / "csi" / "csi.sock"
+        self.state_dir = self.root / "state"
+        self.roles = (["--controller"] if controller else []) + (["--node"] if node else [])
+        self.node_id = node_id
+        self.extra = list(extra)
+        self.process: RoleProcess | None = None
+        self.channel: grpc.Channel | None = None
+
+    def argv(self) -> list[str]:
+        return curvine_command("csi", "--endpoint", f"unix://{self.socket}", "--node-id", self.node_id,
+                               "--master", self.master, "--state-dir", str(self.state_dir),
+                               "--base-path", "/volumes", *self.roles, *self.extra)
+
+    def start(self) -> Self:
+        self.process = start("csi", self.argv(), ready_prefix="csi=")
+        self.channel = grpc.insecure_channel(f"unix://{self.socket}")
+        self.identity = csi_pb2_grpc.IdentityStub(self.channel)
+        self.controller = csi_pb2_grpc.ControllerStub(self.channel)
+        self.node = csi_pb2_grpc.NodeStub(self.channel)
+        return self
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    @property
+    def log(self) -> str:
+        return "\n".join(self.process.tail) if self.process else ""
+
+    def stop(self) -> int:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        code = self.process.stop() if self.process else 0
+        self.process = None
+        return code
+
+    def kill(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        assert self.process is not None
+        self.process.kill()
+        self.process = None
+
+    def restart(self) -> Self:
+        self.stop()
+        return self.start()
+
+
+def mount_pids(staging: pathlib.Path) -> list[int]:
+    """The `curvine-py mount` processes serving `staging` (found by their command line)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = pathlib.Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"mount" in argv and b"--subdir" in argv and str(staging).encode() in argv:
+                found.append(int(entry))
+    return found
+
+
+def code_of(call: Any, request: Any) -> grpc.StatusCode:
+    """The status code a call fails with (the test fails if it succeeds)."""
+    try:
+        call(request)
+    except grpc.RpcError as exc:
+        return exc.code()  # type: ignore[no-any-return]
+    raise AssertionError(f"{request.__class__.__name__} succeeded")
