@@ -210,3 +210,30 @@ def test_stats_and_expand_bad_requests(plugin: Plugin, paths: tuple[pathlib.Path
                                   volume_capability=block_capability())) == INVALID
     unpublish(plugin, volume_id, target)
     unstage(plugin, volume_id, staging)
+
+
+def test_the_capacity_is_a_quota_the_mount_enforces_and_expansion_raises(
+        plugin: Plugin, cluster: Cluster, paths: tuple[pathlib.Path, pathlib.Path]) -> None:
+    staging, target = paths
+    MiB = 1 << 20
+    volume_id = new_volume(plugin, "pvc-quota", size=8 * MiB)
+    assert cluster.client().fs.quota("/volumes/pvc-quota").max_bytes == 8 * MiB
+    stage(plugin, volume_id, staging)
+    publish(plugin, volume_id, staging, target)
+    st = os.statvfs(target)
+    assert st.f_blocks * st.f_frsize == 8 * MiB                     # df in the pod shows the volume's size
+    (target / "first").write_bytes(os.urandom(6 * MiB))
+    with pytest.raises(OSError) as err, open(target / "second", "wb") as fh:
+        fh.write(os.urandom(4 * MiB))
+    assert err.value.errno == errno.EDQUOT
+    assert (target / "first").stat().st_size == 6 * MiB             # what fitted is intact
+    stats = plugin.node.NodeGetVolumeStats(csi.NodeGetVolumeStatsRequest(volume_id=volume_id, volume_path=str(target)))
+    usage = {u.unit: u for u in stats.usage}[csi.VolumeUsage.BYTES]
+    assert usage.total == 8 * MiB and usage.used >= 6 * MiB
+    plugin.controller.ControllerExpandVolume(csi.ControllerExpandVolumeRequest(
+        volume_id=volume_id, capacity_range=csi.CapacityRange(required_bytes=32 * MiB)))
+    (target / "second").write_bytes(os.urandom(4 * MiB))           # room again, without a remount
+    st = os.statvfs(target)
+    assert st.f_blocks * st.f_frsize == 32 * MiB
+    unpublish(plugin, volume_id, target)
+    unstage(plugin, volume_id, staging)

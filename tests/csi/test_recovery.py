@@ -10,6 +10,7 @@ import signal
 
 import pytest
 
+from curvine_py.csi.mounts import process_start_time
 from curvine_py.fuse.mountpoint import is_mounted
 from curvine_py.proto.csi.v1 import csi_pb2 as csi
 from tests.csi.plugin import Plugin, mount_pids
@@ -31,7 +32,8 @@ def works(target: pathlib.Path, old: str) -> bool:
 def kill_mount(staging: pathlib.Path) -> int:
     [pid] = mount_pids(staging)
     os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: pid not in mount_pids(staging), 5, "the mount process gone")
+    # gone means dead or a zombie: its cmdline empties earlier, while it is still exiting
+    wait_until(lambda: process_start_time(pid) is None, 5, "the mount process gone")
     return pid
 
 
