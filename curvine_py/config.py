@@ -57,6 +57,12 @@ class WorkerConfig:
     low_watermark: float = 0.75
     pin_grace_ms: int = 30_000        # an EXISTS hit stays readable this long
     unix_socket: str = ""             # short-circuit socket; default: <first data dir>/worker.sock
+    # Bounded resources of the worker's servers (data plane, short-circuit socket, lm://):
+    max_connections: int = 0          # open connections in all; 0 = derived from the fd limit
+    max_connections_per_peer: int = 0  # per peer address (unix: per process); 0 = half the above
+    idle_timeout_s: float = 300.0     # a connection silent this long is closed; 0 = never
+    header_timeout_s: float = 10.0    # a started frame header must be complete within this
+    auth_timeout_s: float = 10.0      # with a token: HELLO must succeed within this of the accept
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,13 @@ class Unavailable(CurvineError):
     errno = _errno.EHOSTUNREACH
 
 
+class Busy(Unavailable):
+    """A server refused for now (connection limit, out of file descriptors): try another replica
+    or miss, as for a peer that cannot be reached."""
+
+    errno = _errno.EAGAIN
+
+
 class Timeout(CurvineError):
     errno = _errno.ETIMEDOUT
 
@@ -131,6 +138,9 @@ _BY_ERRNO: dict[int, type[CurvineError]] = {
                 PermissionDenied, NotPermitted, InvalidArgument, NameTooLong, NoSpace, TooLarge,
                 NoData, Unavailable, Timeout, StaleEpoch, ProtocolError, NotSupported, QuotaExceeded)
 }
+
+
+_BY_ERRNO[Busy.errno] = Busy
 
 
 def from_errno(code: int, message: str = "") -> CurvineError:

@@ -9,9 +9,12 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import struct
+import time
+from collections.abc import Callable
 
 from curvine_py.core import frames
-from curvine_py.core.errors import ProtocolError, Unavailable
+from curvine_py.core.errors import ProtocolError, Timeout, Unavailable
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 
 _DISCARD_CHUNK = 1 << 20
@@ -126,3 +129,101 @@ def set_local_options(sock: socket.socket) -> bool:
     except OSError:
         return False
     return True
+
+
+# -- time limits on a server's blocking sockets ------------------------------------------------------
+#
+# Kernel timeouts (SO_RCVTIMEO/SO_SNDTIMEO) rather than Python's socket timeouts: those put the
+# socket in non-blocking mode and add a poll() before every recv and send (and break os.sendfile),
+# while a kernel timeout costs nothing until it fires. A recv or send that times out fails with
+# EAGAIN (BlockingIOError).
+
+_TIMEVAL = struct.Struct("@ll")
+
+
+def _timeval(seconds: float) -> bytes:
+    if seconds <= 0:
+        return _TIMEVAL.pack(0, 0)   # no timeout
+    whole = int(seconds)
+    micros = int((seconds - whole) * 1_000_000)
+    return _TIMEVAL.pack(whole, micros if whole or micros else 1)   # (0, 0) would mean never
+
+
+def set_recv_timeout(sock: socket.socket, seconds: float) -> None:
+    """A blocking recv on `sock` fails with EAGAIN after `seconds` without data (<= 0: never)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(seconds))
+
+
+def set_send_timeout(sock: socket.socket, seconds: float) -> None:
+    """A blocking send on `sock` fails with EAGAIN after `seconds` without progress (<= 0: never)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(seconds))
+
+
+class HeadReader:
+    """Reads the head of each request of a server connection under two limits: the wait for its
+    first byte (`wait_s`: the idle timeout, or what is left of the authentication deadline), and
+    `header_s` from that first byte to the last byte of the head (a half-sent header held open is
+    closed). Both raise `Timeout`; a clean EOF before a request is `begin() -> False`.
+
+    Cost: the wait timeout is a kernel receive timeout set only when it changes; the rest of a head
+    is first taken without waiting (it usually came with the first byte), so the header deadline
+    costs a setsockopt only for a head that arrives in pieces."""
+
+    def __init__(self, sock: socket.socket, *, wait_s: float, header_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._sock = sock
+        self._header_s = header_s
+        self._clock = clock
+        self._wait_s = wait_s
+        self._deadline = 0.0
+        set_recv_timeout(sock, wait_s)
+
+    @property
+    def wait_s(self) -> float:
+        return self._wait_s
+
+    @wait_s.setter
+    def wait_s(self, seconds: float) -> None:
+        if seconds != self._wait_s:
+            self._wait_s = seconds
+            set_recv_timeout(self._sock, seconds)
+
+    def begin(self, view: memoryview) -> bool:
+        """Fills `view`, the start of a request: False on EOF before its first byte."""
+        try:
+            got = self._sock.recv_into(view)
+        except BlockingIOError:
+            raise Timeout(f"idle for {self._wait_s:g} s") from None
+        if got == 0:
+            return False
+        self._deadline = self._clock() + self._header_s if self._header_s > 0 else 0.0
+        if got < len(view):
+            self.more(view[got:])
+        return True
+
+    def more(self, view: memoryview) -> None:
+        """Fills `view`, more of the head begun by `begin`, before the header deadline."""
+        got, total = 0, len(view)
+        try:
+            got = self._sock.recv_into(view, total, socket.MSG_DONTWAIT)
+            if got == 0 and total:
+                raise Unavailable("connection closed inside a frame header")
+        except BlockingIOError:
+            got = 0
+        if got == total:
+            return
+        try:
+            while got < total:
+                left = self._deadline - self._clock() if self._deadline else self._wait_s
+                if self._deadline and left <= 0:
+                    raise Timeout(f"no full frame header within {self._header_s:g} s")
+                set_recv_timeout(self._sock, left)
+                try:
+                    n = self._sock.recv_into(view[got:], total - got)
+                except BlockingIOError:
+                    raise Timeout(f"no full frame header within {self._header_s:g} s") from None
+                if n == 0:
+                    raise Unavailable(f"connection closed inside a frame header ({got} of {total} bytes)")
+                got += n
+        finally:
+            set_recv_timeout(self._sock, self._wait_s)

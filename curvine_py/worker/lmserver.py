@@ -11,6 +11,10 @@ and payload leave in one `sendmsg`; TCP_NODELAY is set and TCP_QUICKACK re-armed
 (the client's next request must not wait for a delayed ACK). PUT has no reply: a failed PUT is
 logged and the key simply stays a miss.
 
+Limits (limits.py): the port's connections count against the worker's caps (one over a cap is
+closed at once: the protocol has no error reply), a connection silent for the idle timeout is
+closed, and a started 36-byte request head must be complete within the header timeout.
+
 Error handling: garbage (ProtocolError) or a PUT above the payload limit (TooLarge) closes that
 connection (the protocol has no request ids to resynchronise); other connections are unaffected.
 
@@ -26,9 +30,17 @@ import socket
 from curvine_py.client.buffers import aligned
 from curvine_py.client.kv import KVClient
 from curvine_py.core import lmproto
-from curvine_py.core.errors import CurvineError, InvalidArgument, ProtocolError, TooLarge, Unavailable
-from curvine_py.transport.blocking import recv_exactly_into
-from curvine_py.worker.server import Listener, bind_tcp
+from curvine_py.core.errors import (
+    CurvineError,
+    InvalidArgument,
+    ProtocolError,
+    Timeout,
+    TooLarge,
+    Unavailable,
+)
+from curvine_py.transport.blocking import HeadReader, recv_exactly_into, set_send_timeout
+from curvine_py.worker.limits import UNBOUNDED, ConnectionGate, ServerLimits
+from curvine_py.worker.listener import Listener, bind_tcp
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +69,11 @@ def stored_meta(user_meta: bytes, length: int) -> lmproto.ObjectMeta:
 class LmSession:
     """One `lm://` client connection (LMCache opens one per engine process and talks serially)."""
 
-    def __init__(self, sock: socket.socket, kv: KVClient, *, max_payload: int, peer: str) -> None:
+    def __init__(self, sock: socket.socket, kv: KVClient, *, max_payload: int, peer: str,
+                 limits: ServerLimits = UNBOUNDED) -> None:
         self._sock = sock
+        self._head = HeadReader(sock, wait_s=limits.idle_timeout_s, header_s=limits.header_timeout_s)
+        set_send_timeout(sock, limits.idle_timeout_s)
         self._kv = kv
         self._max_payload = min(max_payload, lmproto.DEFAULT_MAX_PAYLOAD)
         self._peer = peer
@@ -74,13 +89,13 @@ class LmSession:
         header = memoryview(bytearray(lmproto.REQUEST_SIZE))
         try:
             while True:
-                try:
-                    recv_exactly_into(self._sock, header)
-                except Unavailable:
+                if not self._head.begin(header):
                     return   # the client closed between requests: normal end
                 _quickack(self._sock)
                 request = lmproto.parse_request(header, max_payload=self._max_payload)
                 self._handle(request)
+        except Timeout as exc:
+            log.info("lm:// %s: %s; closing the connection", self._peer, exc)
         except (ProtocolError, TooLarge) as exc:
             log.warning("lm:// %s: %s; closing the connection", self._peer, exc)
         except (OSError, Unavailable) as exc:
@@ -151,8 +166,11 @@ class LmSession:
 class LmServer:
     """The `lm://` port of a worker. `start()` binds (port 0 = any) and returns the bound port."""
 
-    def __init__(self, kv: KVClient, *, host: str, port: int, max_payload: int) -> None:
+    def __init__(self, kv: KVClient, *, host: str, port: int, max_payload: int,
+                 limits: ServerLimits = UNBOUNDED, gate: ConnectionGate | None = None) -> None:
         self._kv = kv
+        self._limits = limits
+        self._gate = gate
         self._host = host
         self._port = port
         self._max_payload = max_payload
@@ -163,9 +181,9 @@ class LmServer:
         port = int(sock.getsockname()[1])
 
         def serve(conn: socket.socket, peer: str) -> None:
-            LmSession(conn, self._kv, max_payload=self._max_payload, peer=peer).serve()
+            LmSession(conn, self._kv, max_payload=self._max_payload, peer=peer, limits=self._limits).serve()
 
-        self._listener = Listener(sock, serve, "lm")
+        self._listener = Listener(sock, serve, "lm", gate=self._gate)
         self._listener.start()
         log.info("lm:// server listening on %s:%d", self._host, port)
         return port

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import signal
 import socket
@@ -22,6 +23,8 @@ from curvine_py.config import WorkerConfig
 from curvine_py.core.errors import CurvineError, InvalidArgument
 from curvine_py.worker.evictor import Evictor
 from curvine_py.worker.heartbeat import Advertised, Heartbeater
+from curvine_py.worker.limits import ConnectionGate, ServerLimits, raise_fd_limit
+from curvine_py.worker.refuser import Refuser
 from curvine_py.worker.server import DataServer, WorkerState
 from curvine_py.worker.shortcircuit import ShortCircuitServer, default_socket_path
 from curvine_py.worker.store import Store
@@ -49,6 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lm-port", type=int, help="LMCache lm:// server port (0 = off, -1 = any free port)")
     p.add_argument("--unix-socket", help="short-circuit socket path (default DATA_DIR/worker.sock)")
     p.add_argument("--worker-id", help="override the id persisted in the first data dir")
+    p.add_argument("--max-connections", type=int,
+                   help="open connections over all ports (0 = auto: (fd limit - 128) / 2)")
+    p.add_argument("--max-connections-per-peer", type=int,
+                   help="open connections per peer address, unix socket: per process (0 = half the above)")
+    p.add_argument("--idle-timeout-s", type=float,
+                   help="close a data-plane connection silent this long (default 300; 0 = never)")
+    p.add_argument("--header-timeout-s", type=float,
+                   help="close a connection whose started frame header is not complete in time (default 10)")
+    p.add_argument("--auth-timeout-s", type=float,
+                   help="with a token: close a connection not authenticated in time (default 10)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return p
 
@@ -91,7 +104,14 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
     if cfg.lm_port < -1:
         raise InvalidArgument("--lm-port must be a port, 0 (off) or -1 (any free port)")
     config.require_secure(cfg.host, cfg.token, cfg.insecure, "worker")
+    server_limits(cfg)   # validates them
     return cfg
+
+
+def server_limits(cfg: WorkerConfig) -> ServerLimits:
+    return ServerLimits(max_connections=cfg.max_connections, max_per_peer=cfg.max_connections_per_peer,
+                        idle_timeout_s=cfg.idle_timeout_s, header_timeout_s=cfg.header_timeout_s,
+                        auth_timeout_s=cfg.auth_timeout_s)
 
 
 def advertised_host(host: str) -> str:
@@ -104,7 +124,8 @@ def advertised_host(host: str) -> str:
         return socket.gethostname()
 
 
-def start_lm_server(cfg: WorkerConfig, node: str, teardown: contextlib.ExitStack) -> int:
+def start_lm_server(cfg: WorkerConfig, node: str, teardown: contextlib.ExitStack, limits: ServerLimits,
+                    gate: ConnectionGate) -> int:
     """The LMCache `lm://` port: a KV client of this cluster (routing each key to its owner, this
     worker included, reached by short-circuit when local) behind LMCache's wire protocol."""
     from curvine_py.client import CurvineClient
@@ -112,7 +133,10 @@ def start_lm_server(cfg: WorkerConfig, node: str, teardown: contextlib.ExitStack
 
     client = CurvineClient(cfg.master, token=cfg.token, node=node)
     teardown.callback(client.close)
-    server = LmServer(client.kv, host=cfg.host, port=max(cfg.lm_port, 0), max_payload=cfg.max_payload)
+    # No idle timeout on lm://: the stock LMCache client never reconnects (notes/lmcache.md), so a
+    # closed idle connection would cost its engine the L2 tier until it restarts.
+    server = LmServer(client.kv, host=cfg.host, port=max(cfg.lm_port, 0), max_payload=cfg.max_payload,
+                      limits=dataclasses.replace(limits, idle_timeout_s=0), gate=gate)
     port = server.start()
     teardown.callback(server.stop)
     return port
@@ -146,14 +170,26 @@ def main(argv: list[str]) -> int:
             tag.worker_id = worker_id
             state = WorkerState(worker_id)
 
+            fd_limit = raise_fd_limit()
+            limits = server_limits(cfg).resolved(fd_limit)
+            log.info("fd limit %d: at most %d connections, %d per peer; idle %gs, header %gs, auth %gs",
+                     fd_limit, limits.max_connections, limits.max_per_peer, limits.idle_timeout_s,
+                     limits.header_timeout_s, limits.auth_timeout_s)
+            gate = ConnectionGate(limits)
+            # Refused sockets held for their answer come out of the fd headroom (limits.py).
+            refuser = Refuser(max_pending=min(128, max(8, limits.max_connections // 4)))
+            refuser.start()
+            teardown.callback(refuser.stop)
+
             unix_path = cfg.unix_socket or default_socket_path(store.dirs[0].path)
             short_circuit = ShortCircuitServer(store, state, path=unix_path, token=cfg.token,
-                                               max_payload=cfg.max_payload)
+                                               max_payload=cfg.max_payload, limits=limits, gate=gate,
+                                               refuser=refuser)
             short_circuit.start()
             teardown.callback(short_circuit.stop)
 
             server = DataServer(store, state, host=cfg.host, port=cfg.port, token=cfg.token,
-                                max_payload=cfg.max_payload)
+                                max_payload=cfg.max_payload, limits=limits, gate=gate, refuser=refuser)
             _, port = server.start()
             teardown.callback(server.stop)
 
@@ -164,7 +200,7 @@ def main(argv: list[str]) -> int:
             node = cfg.node or socket.gethostname()
             lm_port = 0
             if cfg.lm_port:
-                lm_port = start_lm_server(cfg, node, teardown)
+                lm_port = start_lm_server(cfg, node, teardown, limits, gate)
             host = advertised_host(cfg.host)
             advertised = Advertised(worker_id=worker_id, host=host, port=port, unix_socket=unix_path,
                                     node=node, lm_port=lm_port)

@@ -33,11 +33,18 @@ Short-circuit connections (unix socket, shortcircuit.py) answer GET and READ_BLO
 reply header plus `data_offset` (where the range starts in the file) and the open file descriptor
 (SCM_RIGHTS) instead of payload bytes; every other op behaves as on TCP.
 
+Time limits (SessionOptions, limits.py): a connection silent for `idle_timeout_s` between requests
+is closed; a started request head (prefix + header) must be complete within `header_timeout_s`;
+with a token, HELLO must succeed within `auth_timeout_s` of the accept; a payload or a reply that
+makes no progress for `idle_timeout_s` ends the connection. Each is closed without a reply.
+
 Error handling: a request that fails cleanly gets an error reply (errno, message) and the
 connection goes on (an unread payload is drained first). Garbage from the peer (bad magic, unknown
 op, malformed header: ProtocolError) gets an error reply if possible and that connection is closed.
 A payload above max_payload gets EFBIG *before* any payload byte is read, then close. A bug in a
 handler is logged, answered EIO, and closes only that connection; other connections never notice.
+A worker out of file descriptors answers EAGAIN (`Busy`), so the client tries the next replica or
+misses. Repeated errors are logged rate-limited.
 """
 from __future__ import annotations
 
@@ -45,12 +52,13 @@ import contextlib
 import errno
 import logging
 import socket
-import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from curvine_py.core import frames
 from curvine_py.core.errors import (
+    Busy,
     Corrupt,
     CurvineError,
     InvalidArgument,
@@ -58,21 +66,34 @@ from curvine_py.core.errors import (
     PermissionDenied,
     ProtocolError,
     StaleEpoch,
+    Timeout,
     TooLarge,
     Unavailable,
 )
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 from curvine_py.rpc.auth import token_matches
 from curvine_py.transport import blocking
+from curvine_py.worker.limits import UNBOUNDED, ConnectionGate, ServerLimits
+from curvine_py.worker.listener import ConnectionHandler, Listener, bind_tcp
+from curvine_py.worker.refuser import Refuser, error_frame
 from curvine_py.worker.store import Store
 from curvine_py.worker.storedfile import StoredFile
+from curvine_py.worker.throttle import LogThrottle
 
 log = logging.getLogger(__name__)
 
 # Small payloads go out in one send with their header (one segment, one syscall less); large ones
 # by sendfile (zero copy).
 INLINE_PAYLOAD = 64 * 1024
-LISTEN_BACKLOG = 512
+OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
+# One throttle for every session of the process: the same failure on many connections is one story.
+_throttle = LogThrottle()
+
+
+def _log_throttled(kind: str, level: int, message: str, *args: object) -> None:
+    suppressed = _throttle.allow(kind)
+    if suppressed is not None:
+        log.log(level, message + " (%d similar lines suppressed)", *args, suppressed)
 
 
 class WorkerState:
@@ -88,6 +109,15 @@ class SessionOptions:
     token: str
     max_payload: int
     pass_fds: bool = False   # short-circuit: GET/READ_BLOCK reply with the fd, not the bytes
+    idle_timeout_s: float = 0.0     # 0 = never (see the module docstring)
+    header_timeout_s: float = 0.0
+    auth_timeout_s: float = 0.0
+
+    @classmethod
+    def bounded(cls, token: str, max_payload: int, limits: ServerLimits, *,
+                pass_fds: bool = False) -> SessionOptions:
+        return cls(token, max_payload, pass_fds, limits.idle_timeout_s, limits.header_timeout_s,
+                   limits.auth_timeout_s)
 
 
 @dataclass(slots=True)
@@ -113,6 +143,10 @@ class Session:
         self._options = options
         self._peer = peer
         self._authenticated = not options.token
+        self._auth_deadline = time.monotonic() + options.auth_timeout_s \
+            if options.token and options.auth_timeout_s else 0.0
+        self._head = blocking.HeadReader(sock, wait_s=self._wait_s(), header_s=options.header_timeout_s)
+        blocking.set_send_timeout(sock, options.idle_timeout_s)
         self._unread = 0          # payload bytes of the current request not yet consumed
         self._close_after = False
         self._handlers: dict[frames.Op, Callable[[frames.FramePrefix, DataHeader], _Outcome]] = {
@@ -128,10 +162,24 @@ class Session:
             frames.Op.PING: self._ping,
         }
 
+    def _wait_s(self) -> float:
+        """How long the next request may take to start: the idle timeout, or what is left of the
+        authentication deadline (at least a millisecond: 0 would mean forever)."""
+        if self._authenticated or not self._auth_deadline:
+            return self._options.idle_timeout_s
+        left = max(0.001, self._auth_deadline - time.monotonic())
+        return min(left, self._options.idle_timeout_s) if self._options.idle_timeout_s else left
+
     def serve(self) -> None:
         try:
             while self._one_request():
                 pass
+        except Timeout as exc:
+            if "idle" in exc.message and self._authenticated:
+                log.debug("closing connection from %s: %s", self._peer, exc)
+            else:
+                _log_throttled("timeout", logging.INFO, "closing connection from %s: %s%s", self._peer, exc,
+                               "" if self._authenticated else " (not authenticated)")
         except (OSError, Unavailable, _PeerGone) as exc:
             log.debug("connection from %s ended: %s", self._peer, exc)
         except CurvineError as exc:   # e.g. a stored file shorter than its header while sending it
@@ -150,16 +198,17 @@ class Session:
 
     def _read_prefix(self) -> bytes | None:
         buffer = bytearray(frames.PREFIX_SIZE)
-        view = memoryview(buffer)
-        got = 0
-        while got < frames.PREFIX_SIZE:
-            n = self._sock.recv_into(view[got:])
-            if n == 0:
-                if got == 0:
-                    return None   # clean close between requests
-                raise Unavailable(f"connection closed inside a frame prefix ({got} bytes)")
-            got += n
+        self._head.wait_s = self._wait_s()
+        if not self._head.begin(memoryview(buffer)):
+            return None   # clean close between requests
         return bytes(buffer)
+
+    def _read_header(self, length: int) -> DataHeader:
+        if not length:
+            return DataHeader()
+        buffer = bytearray(length)
+        self._head.more(memoryview(buffer))
+        return frames.decode_header(buffer)
 
     def _one_request(self) -> bool:
         """Serves one request; False = close the connection."""
@@ -175,8 +224,7 @@ class Session:
             self._send_raw_error(code, request_id, exc)
             return False
         try:
-            header = frames.decode_header(blocking.recv_exactly(self._sock, prefix.header_length)) \
-                if prefix.header_length else DataHeader()
+            header = self._read_header(prefix.header_length)
         except ProtocolError as exc:
             log.warning("malformed header from %s: %s", self._peer, exc)
             self._send_error(prefix, exc)
@@ -196,9 +244,15 @@ class Session:
         except _PeerGone:
             raise
         except OSError as exc:   # the local disk failed (EIO, EROFS...): an answer, not a crash
-            log.error("%s for %s failed: %s", prefix.op.name, self._peer, exc)
             self._drain()
-            self._send_error(prefix, CurvineError(str(exc), errno=exc.errno or errno.EIO))
+            if exc.errno in OUT_OF_FDS:   # the client tries the next replica or misses
+                _log_throttled("fds", logging.ERROR, "%s for %s: out of file descriptors", prefix.op.name,
+                               self._peer)
+                self._send_error(prefix, Busy(f"worker out of file descriptors: {exc}"))
+            else:
+                _log_throttled(f"os:{exc.errno}", logging.ERROR, "%s for %s failed: %s", prefix.op.name,
+                               self._peer, exc)
+                self._send_error(prefix, CurvineError(str(exc), errno=exc.errno or errno.EIO))
             return True
         except Exception as exc:
             log.exception("internal error serving %s to %s", prefix.op.name, self._peer)
@@ -246,17 +300,8 @@ class Session:
         self._send_raw_error(int(prefix.op), prefix.request_id, exc)
 
     def _send_raw_error(self, code: int, request_id: int, exc: CurvineError) -> None:
-        header = DataHeader(errno=exc.errno, message=exc.message)
-        op_code = code & ~frames.RESPONSE_BIT
-        try:
-            frame = frames.encode(frames.Op(op_code), request_id, header, response=True)
-        except ValueError:
-            # Unknown op: answer with its raw code so the peer can still match the reply.
-            body = header.SerializeToString()
-            frame = frames.PREFIX.pack(frames.MAGIC, frames.VERSION, (op_code | frames.RESPONSE_BIT) & 0xFF,
-                                       request_id, len(body), 0) + body
         with contextlib.suppress(OSError):
-            self._sock.sendall(frame)
+            self._sock.sendall(error_frame(code, request_id, exc))
 
     # -- handlers ----------------------------------------------------------------------------------
 
@@ -285,6 +330,7 @@ class Session:
             self._close_after = True
             raise PermissionDenied("wrong token")
         self._authenticated = True
+        self._head.wait_s = self._wait_s()
         return _Outcome(DataHeader(worker_id=self._state.worker_id, epoch=self._state.epoch))
 
     def _ping(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
@@ -373,9 +419,6 @@ class Session:
         return _Outcome(DataHeader(found=dropped))
 
 
-ConnectionHandler = Callable[[socket.socket, str], None]
-
-
 def session_handler(store: Store, state: WorkerState, options: SessionOptions) -> ConnectionHandler:
     """Serves one data-plane connection (TCP or short-circuit) until EOF or garbage."""
     def serve(conn: socket.socket, peer: str) -> None:
@@ -383,101 +426,29 @@ def session_handler(store: Store, state: WorkerState, options: SessionOptions) -
     return serve
 
 
-def bind_tcp(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (port 0 = any free port)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(LISTEN_BACKLOG)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-class Listener:
-    """An accept loop on a bound, listening socket, a thread per connection running `handler`
-    (the data plane's Session, or the lm:// session)."""
-
-    def __init__(self, sock: socket.socket, handler: ConnectionHandler, name: str) -> None:
-        self.sock = sock
-        self._handler = handler
-        self._name = name
-        self._lock = threading.Lock()
-        self._connections: set[socket.socket] = set()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._accept_loop, name=f"{self._name}-accept", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stops accepting, closes every connection (their threads end on the socket error)."""
-        self._stopping = True
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)   # wakes accept() on Linux; close() alone does not
-        with contextlib.suppress(OSError):
-            self.sock.close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        with self._lock:
-            connections = list(self._connections)
-        for conn in connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-
-    def _accept_loop(self) -> None:
-        while not self._stopping:
-            try:
-                conn, address = self.sock.accept()
-            except OSError as exc:
-                if self._stopping:
-                    return
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.error("%s: cannot accept: %s", self._name, exc)
-                    threading.Event().wait(0.1)   # let connections close rather than spin
-                continue
-            if conn.family in (socket.AF_INET, socket.AF_INET6):
-                blocking.set_fast_options(conn)
-                blocking.set_local_options(conn)   # replies to a loopback peer: no pacing
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-                peer = f"{address[0]}:{address[1]}"
-            else:
-                peer = f"{self._name}-peer"
-            with self._lock:
-                self._connections.add(conn)
-            thread = threading.Thread(target=self._serve, args=(conn, peer), name=f"{self._name}-{peer}",
-                                      daemon=True)
-            thread.start()
-
-    def _serve(self, conn: socket.socket, peer: str) -> None:
-        try:
-            self._handler(conn, peer)
-        finally:
-            with self._lock:
-                self._connections.discard(conn)
-
-
 class DataServer:
-    """The TCP data plane. `start()` binds (port 0 = any) and returns the bound (host, port)."""
+    """The TCP data plane. `start()` binds (port 0 = any) and returns the bound (host, port).
+    Connections over the caps of `gate` are answered by `refuser` (both shared by the worker's
+    servers; without them nothing is capped)."""
 
     def __init__(self, store: Store, state: WorkerState, *, host: str, port: int, token: str,
-                 max_payload: int) -> None:
+                 max_payload: int, limits: ServerLimits | None = None, gate: ConnectionGate | None = None,
+                 refuser: Refuser | None = None) -> None:
         self._store = store
         self._state = state
         self._host = host
         self._port = port
-        self._options = SessionOptions(token=token, max_payload=max_payload)
+        self._options = SessionOptions.bounded(token, max_payload, limits or UNBOUNDED)
+        self._gate = gate
+        self._refuser = refuser
         self._listener: Listener | None = None
         self.address: tuple[str, int] = (host, port)
 
     def start(self) -> tuple[str, int]:
         sock = bind_tcp(self._host, self._port)
         self.address = (self._host, sock.getsockname()[1])
-        self._listener = Listener(sock, session_handler(self._store, self._state, self._options), "data")
+        self._listener = Listener(sock, session_handler(self._store, self._state, self._options), "data",
+                                  gate=self._gate, refuse=self._refuser.refuse if self._refuser else None)
         self._listener.start()
         log.info("data plane listening on %s:%d", *self.address)
         return self.address

@@ -16,7 +16,10 @@ import socket
 import stat
 
 from curvine_py.core.errors import InvalidArgument
-from curvine_py.worker.server import LISTEN_BACKLOG, Listener, SessionOptions, WorkerState, session_handler
+from curvine_py.worker.limits import UNBOUNDED, ConnectionGate, ServerLimits
+from curvine_py.worker.listener import LISTEN_BACKLOG, Listener
+from curvine_py.worker.refuser import Refuser
+from curvine_py.worker.server import SessionOptions, WorkerState, session_handler
 from curvine_py.worker.store import Store
 
 log = logging.getLogger(__name__)
@@ -31,14 +34,18 @@ def default_socket_path(first_data_dir: str) -> str:
 
 
 class ShortCircuitServer:
-    def __init__(self, store: Store, state: WorkerState, *, path: str, token: str, max_payload: int) -> None:
+    def __init__(self, store: Store, state: WorkerState, *, path: str, token: str, max_payload: int,
+                 limits: ServerLimits | None = None, gate: ConnectionGate | None = None,
+                 refuser: Refuser | None = None) -> None:
         self.path = os.path.abspath(path)
         if len(os.fsencode(self.path)) > MAX_SOCKET_PATH:
             raise InvalidArgument(f"unix socket path {self.path} is longer than {MAX_SOCKET_PATH} bytes; "
                                   "set a shorter one with --unix-socket")
         self._store = store
         self._state = state
-        self._options = SessionOptions(token=token, max_payload=max_payload, pass_fds=True)
+        self._options = SessionOptions.bounded(token, max_payload, limits or UNBOUNDED, pass_fds=True)
+        self._gate = gate
+        self._refuser = refuser
         self._listener: Listener | None = None
 
     def start(self) -> str:
@@ -57,7 +64,8 @@ class ShortCircuitServer:
         os.chmod(self.path, 0o600)
         sock.listen(LISTEN_BACKLOG)
         self._listener = Listener(sock, session_handler(self._store, self._state, self._options),
-                                  "shortcircuit")
+                                  "shortcircuit", gate=self._gate,
+                                  refuse=self._refuser.refuse if self._refuser else None)
         self._listener.start()
         log.info("short-circuit reads on %s", self.path)
         return self.path

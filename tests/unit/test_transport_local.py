@@ -14,7 +14,7 @@ import pytest
 from curvine_py.client.dataconn import WorkerConnection
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 from curvine_py.transport import blocking
-from curvine_py.worker.server import Listener, bind_tcp
+from curvine_py.worker.listener import Listener, bind_tcp
 
 
 def congestion_control(sock: socket.socket) -> bytes:
