@@ -67,8 +67,10 @@ def _member(value: str, allowed: tuple[str, ...], what: str) -> str:
 
 
 def error_code(exc: BaseException) -> str:
-    """The `code` label of an error: the errno name of a CurvineError ('ENOENT'), else 'internal'."""
-    return errno_name(exc.errno) if isinstance(exc, CurvineError) else INTERNAL_ERROR
+    """The `code` label of an error: the errno name of a CurvineError, an OSError or a FUSE error
+    ('ENOENT'); 'internal' for anything else (a bug)."""
+    code = exc.errno if isinstance(exc, CurvineError) else getattr(exc, "errno", None)
+    return errno_name(code) if isinstance(code, int) and code > 0 else INTERNAL_ERROR
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,81 @@
+"""Counts the FUSE requests of a mount by op (`curvine_mount_requests_total{op}`, a latency
+histogram per op, failures by errno name) by wrapping the handlers of one `pyfuse3.Operations`
+instance, so the Operations code itself carries no metrics.
+
+pyfuse3 calls each handler by attribute lookup on the instance it was given (`pyfuse3.init`), so
+instance attributes set here take precedence over the class's methods. Call `instrument` before
+`pyfuse3.init`.
+
+What else the wrappers count, from the answers alone:
+- `lookup` is the mount's way of asking "is this object there" (LMCache's `fs://` connector stats a
+  chunk file): an entry is a hit (`curvine_cache_hits_total{way="mount"}`); ENOENT, or a negative
+  entry (inode 0, cached by the kernel), is a miss and not an error;
+- `read` counts the bytes it returns (`curvine_sent_bytes_total{way="mount"}`), `write` the bytes it
+  accepted (`curvine_received_bytes_total{way="mount"}`).
+"""
+from __future__ import annotations
+
+import errno
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from curvine_py.observe.metrics import MountMetrics
+
+# The handlers of pyfuse3.Operations that the mount implements (fuse/operations.py).
+FUSE_OPS = ("lookup", "forget", "getattr", "setattr", "readlink", "mknod", "mkdir", "symlink", "link",
+            "unlink", "rmdir", "rename", "create", "open", "read", "write", "flush", "fsync", "release",
+            "opendir", "readdir", "releasedir", "fsyncdir", "getxattr", "setxattr", "listxattr",
+            "removexattr", "statfs", "access")
+
+Handler = Callable[..., Awaitable[Any]]
+
+
+def _is_miss(exc: BaseException) -> bool:
+    return getattr(exc, "errno", None) == errno.ENOENT
+
+
+def _counted(op: str, handler: Handler, metrics: MountMetrics) -> Handler:
+    requests = metrics.requests.labels(op=op)
+    latency = metrics.request_latency.labels(op=op)
+    access = metrics.access
+
+    @functools.wraps(handler)
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        requests.inc()
+        start = time.perf_counter()
+        try:
+            result = await handler(*args, **kwargs)
+        except BaseException as exc:
+            if op == "lookup" and _is_miss(exc):
+                access.lookup("mount", hit=False)
+            else:
+                metrics.errors.record(exc)
+            raise
+        finally:
+            latency.observe(time.perf_counter() - start)
+        if op == "lookup":
+            access.lookup("mount", hit=bool(getattr(result, "st_ino", 0)))
+        elif op == "read":
+            access.bytes_out("mount", len(result))
+        elif op == "write":
+            access.bytes_in("mount", int(result))
+        return result
+
+    return counted
+
+
+def instrument(operations: object, metrics: MountMetrics) -> int:
+    """Wraps every handler of FUSE_OPS that `operations` has; returns how many were wrapped.
+    Wrapping twice would count twice: a second call is an error."""
+    if getattr(operations, "_curvine_instrumented", False):
+        raise ValueError("these Operations are already instrumented")
+    wrapped = 0
+    for op in FUSE_OPS:
+        handler = getattr(operations, op, None)
+        if handler is not None:
+            setattr(operations, op, _counted(op, handler, metrics))
+            wrapped += 1
+    operations._curvine_instrumented = True  # type: ignore[attr-defined]
+    return wrapped
