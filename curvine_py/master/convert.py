@@ -1,18 +1,24 @@
 """The one place that converts the master's domain values to and from protobuf messages."""
 from __future__ import annotations
 
-from curvine_py.core.errors import InvalidArgument
+from curvine_py.core.errors import CurvineError, InvalidArgument
 from curvine_py.master.types import (
+    AddedBlock,
     Attr,
     BlockInfo,
     ClusterReport,
+    DirEntry,
+    HeartbeatResult,
     MembershipView,
     Policy,
     PolicyAt,
     QuotaInfo,
+    Registered,
+    RenameResult,
     SetAttrChanges,
     StatFs,
     StorageClass,
+    UnlinkResult,
     Usage,
     WorkerInfo,
 )
@@ -100,3 +106,57 @@ def statfs_pb(s: StatFs) -> mpb.StatFsReply:
 def quota_pb(q: QuotaInfo) -> mpb.Quota:
     return mpb.Quota(path=q.path, ino=q.ino, max_bytes=q.max_bytes, max_inodes=q.max_inodes,
                      used_bytes=q.used_bytes, used_inodes=q.used_inodes)
+
+
+def attr_reply(a: Attr) -> mpb.AttrReply:
+    return mpb.AttrReply(attr=attr_pb(a))
+
+
+def create_result_pb(outcome: Attr | CurvineError) -> mpb.CreateResult:
+    """One create of a CreateMany: its attributes, or the error a Create would have raised."""
+    if isinstance(outcome, CurvineError):
+        return mpb.CreateResult(errno=outcome.errno, error=outcome.message)
+    return mpb.CreateResult(attr=attr_pb(outcome))
+
+
+def unlink_reply(r: UnlinkResult) -> mpb.UnlinkReply:
+    return mpb.UnlinkReply(ino=r.ino, nlink=r.nlink)
+
+
+def rename_reply(r: RenameResult) -> mpb.RenameReply:
+    return mpb.RenameReply(replaced_ino=r.replaced_ino, replaced_nlink=r.replaced_nlink)
+
+
+def readdir_reply(entries: list[DirEntry], more: bool) -> mpb.ReadDirReply:
+    return mpb.ReadDirReply(entries=[mpb.DirEntry(name=e.name, attr=attr_pb(e.attr)) for e in entries], more=more)
+
+
+def added_block_reply(a: AddedBlock) -> mpb.AddBlockReply:
+    return mpb.AddBlockReply(block_id=a.block_id, worker_ids=list(a.worker_ids),
+                             storage_class=int(a.storage_class),  # type: ignore[arg-type]
+                             ttl_ms=a.ttl_ms, block_size=a.block_size)
+
+
+def registered_reply(r: Registered) -> mpb.RegisterWorkerReply:
+    return mpb.RegisterWorkerReply(cluster_id=r.cluster_id, epoch=r.epoch,
+                                   heartbeat_interval_ms=r.heartbeat_interval_ms, lease_ms=r.lease_ms,
+                                   delete_block_ids=list(r.delete_block_ids))
+
+
+def heartbeat_reply(h: HeartbeatResult) -> mpb.HeartbeatReply:
+    return mpb.HeartbeatReply(epoch=h.epoch, reregister=h.reregister, delete_block_ids=list(h.delete_block_ids))
+
+
+def dir_lease_reply(names: list[str] | None, term_ms: int) -> mpb.DirLeaseReply:
+    """A grant (every name of the directory) or, with None, a refusal."""
+    if names is None:
+        return mpb.DirLeaseReply(granted=False)
+    return mpb.DirLeaseReply(granted=True, term_ms=term_ms, names=names)
+
+
+def dir_leases_reply(kept: list[int], term_ms: int, session_timeout_ms: int) -> mpb.DirLeasesReply:
+    return mpb.DirLeasesReply(kept=kept, term_ms=term_ms, session_timeout_ms=session_timeout_ms)
+
+
+def blocks_reply(attr: Attr, blocks: tuple[BlockInfo, ...], policy: Policy) -> mpb.BlocksReply:
+    return mpb.BlocksReply(attr=attr_pb(attr), blocks=[block_pb(b) for b in blocks], policy=policy_pb(policy))

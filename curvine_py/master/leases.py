@@ -62,6 +62,10 @@ class DirLeases:
     def enabled(self) -> bool:
         return self.term_s > 0
 
+    def now(self) -> float:
+        """The leases' clock (deadlines given to recall_and_wait are on it)."""
+        return self._clock()
+
     # -- store thread ---------------------------------------------------------------------------
     def may_grant(self, directory: int, session: str) -> bool:
         now = self._clock()
@@ -101,20 +105,30 @@ class DirLeases:
     # -- handler threads ------------------------------------------------------------------------
     def recall_and_wait(self, directory: int, session: str, deadline: float) -> None:
         """Returns once no other session holds a live lease on `directory` (and the start-up grace
-        is over); raises Timeout at `deadline`."""
+        is over); raises Timeout at `deadline`. Woken early by a release."""
         with self._cond:
-            while True:
-                now = self._clock()
-                lease = self._live_foreign(directory, session, now)
-                if lease is None and now >= self._grace_until:
-                    return
-                if now >= deadline:
-                    raise Timeout(f"directory {directory}: its lease was not given back in time")
-                if lease is not None and not lease.recalled:
-                    lease.recalled = True
-                    self._start_cool_down(directory, now)
-                until = lease.expires if lease is not None else self._grace_until
-                self._cond.wait(max(0.0, min(until, deadline) - now))
+            while (until := self._recall_step(directory, session, deadline)) is not None:
+                self._cond.wait(max(0.0, until - self._clock()))
+
+    def poll_recall(self, directory: int, session: str, deadline: float) -> float | None:
+        """One look of recall_and_wait, without waiting: None when a name may be added now, else
+        the clock time to look again (the lease's end, the grace's end or the deadline). Recalls
+        the lease; raises Timeout at `deadline`."""
+        with self._cond:
+            return self._recall_step(directory, session, deadline)
+
+    def _recall_step(self, directory: int, session: str, deadline: float) -> float | None:
+        now = self._clock()
+        lease = self._live_foreign(directory, session, now)
+        if lease is None and now >= self._grace_until:
+            return None
+        if now >= deadline:
+            raise Timeout(f"directory {directory}: its lease was not given back in time")
+        if lease is not None and not lease.recalled:
+            lease.recalled = True
+            self._start_cool_down(directory, now)
+        until = lease.expires if lease is not None else self._grace_until
+        return min(until, deadline)
 
     def renew(self, session: str, directories: list[int]) -> list[int]:
         """Extends the session's live, unrecalled leases by a term; returns them. A directory not

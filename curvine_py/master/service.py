@@ -29,7 +29,7 @@ from curvine_py.master.namespace import Namespace
 from curvine_py.master.sessions import Sessions
 from curvine_py.master.store.quotas import quota_statfs
 from curvine_py.master.storethread import StoreThread
-from curvine_py.master.types import AddedBlock, StatFs
+from curvine_py.master.types import AddedBlock, Attr, FileBlocks, RenameResult, StatFs, UnlinkResult
 from curvine_py.proto.curvine.v1 import master_pb2 as mpb
 from curvine_py.proto.curvine.v1 import master_pb2_grpc
 from curvine_py.rpc.auth import TokenInterceptor, session_of
@@ -55,8 +55,10 @@ Ctx: TypeAlias = grpc.ServicerContext
 
 class MasterService(master_pb2_grpc.MasterServicer):
     def __init__(self, ns: Namespace, membership: Membership, store: StoreThread,
-                 leases: DirLeases | None = None, sessions: Sessions | None = None) -> None:
+                 leases: DirLeases | None = None, sessions: Sessions | None = None, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._ns = ns
+        self._clock = clock             # seconds, for the maintenance schedule (tests pass a fake one)
         self._mem = membership
         self._store = store
         self._leases = leases or DirLeases(0.0)
@@ -67,6 +69,10 @@ class MasterService(master_pb2_grpc.MasterServicer):
         self._local = threading.local()
         self._readers: list[Namespace] = []
         self._readers_lock = threading.Lock()
+        # maintenance schedule (maintain_step)
+        self._next_open_block_sweep = clock() + OPEN_BLOCK_SWEEP_S
+        self._next_orphan_sweep = 0.0
+        self._marker_checked = False
 
     def close(self) -> None:
         with self._readers_lock:
@@ -90,7 +96,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
         if not self._leases.enabled:
             return self._store.call(fn)
         session = session_of(context)
-        deadline = time.monotonic() + 2 * self._leases.term_s + 1.0
+        deadline = self._leases.now() + 2 * self._leases.term_s + 1.0
 
         def checked() -> T:
             for directory in directories:
@@ -128,24 +134,24 @@ class MasterService(master_pb2_grpc.MasterServicer):
     @grpc_method
     def Lookup(self, request: mpb.LookupRequest, context: Ctx) -> mpb.AttrReply:
         attr = self._read(Namespace.lookup, request.parent, request.name)
-        return mpb.AttrReply(attr=convert.attr_pb(attr))
+        return convert.attr_reply(attr)
 
     @grpc_method
     def GetAttr(self, request: mpb.InodeRequest, context: Ctx) -> mpb.AttrReply:
         attr = self._read(Namespace.getattr, request.ino)
-        return mpb.AttrReply(attr=convert.attr_pb(attr))
+        return convert.attr_reply(attr)
 
     @grpc_method
     def ResolvePath(self, request: mpb.PathRequest, context: Ctx) -> mpb.AttrReply:
         attr = self._read(Namespace.resolve_path, request.path, request.follow_symlinks)
-        return mpb.AttrReply(attr=convert.attr_pb(attr))
+        return convert.attr_reply(attr)
 
     @grpc_method
     def SetAttr(self, request: mpb.SetAttrRequest, context: Ctx) -> mpb.AttrReply:
         attr = self._store.call(self._ns.setattr, request.ino, convert.setattr_from_pb(request))
-        return mpb.AttrReply(attr=convert.attr_pb(attr))
+        return convert.attr_reply(attr)
 
-    def _create(self, request: mpb.CreateRequest) -> Any:
+    def _create(self, request: mpb.CreateRequest) -> Attr:
         return self._ns.create(
             request.parent, request.name, request.type, request.mode, uid=request.caller.uid, gid=request.caller.gid,
             rdev=request.rdev, symlink_target=request.symlink_target, exclusive=request.exclusive,
@@ -154,63 +160,61 @@ class MasterService(master_pb2_grpc.MasterServicer):
     @grpc_method
     def Create(self, request: mpb.CreateRequest, context: Ctx) -> mpb.AttrReply:
         attr = self._adding_names(context, (request.parent,), lambda: self._create(request))
-        return mpb.AttrReply(attr=convert.attr_pb(attr))
+        return convert.attr_reply(attr)
 
     @grpc_method
     def CreateMany(self, request: mpb.CreateManyRequest, context: Ctx) -> mpb.CreateManyReply:
         if len(request.creates) > MAX_CREATE_MANY:
             raise InvalidArgument(f"{len(request.creates)} creates in one call (at most {MAX_CREATE_MANY})")
 
-        def create_all() -> list[mpb.CreateResult]:
-            results = []
+        def create_all() -> list[Attr | CurvineError]:
+            results: list[Attr | CurvineError] = []
             # All or nothing on an unexpected error (the caller is told the whole call failed);
             # a CurvineError is one create's answer and rolls back only its own savepoint.
             with self._ns.transaction():
                 for create in request.creates:
                     try:
-                        results.append(mpb.CreateResult(attr=convert.attr_pb(self._create(create))))
+                        results.append(self._create(create))
                     except CurvineError as exc:
-                        results.append(mpb.CreateResult(errno=exc.errno, error=exc.message))
+                        results.append(exc)
             return results
 
         parents = tuple(dict.fromkeys(create.parent for create in request.creates))
-        return mpb.CreateManyReply(results=self._adding_names(context, parents, create_all))
+        outcomes = self._adding_names(context, parents, create_all)
+        return mpb.CreateManyReply(results=[convert.create_result_pb(o) for o in outcomes])
 
     @grpc_method
     def Link(self, request: mpb.LinkRequest, context: Ctx) -> mpb.AttrReply:
-        def link() -> Any:
+        def link() -> Attr:
             return self._ns.link(request.ino, request.new_parent, request.new_name)
 
         attr = self._adding_names(context, (request.new_parent,), link)
-        return mpb.AttrReply(attr=convert.attr_pb(attr))
+        return convert.attr_reply(attr)
 
     @grpc_method
     def Unlink(self, request: mpb.UnlinkRequest, context: Ctx) -> mpb.UnlinkReply:
         keeper = self._keeper(request.keep_orphan, context)
 
-        def unlink() -> Any:
+        def unlink() -> UnlinkResult:
             return self._ns.unlink(request.parent, request.name, directory=request.directory,
                                    keep_orphan=request.keep_orphan, keeper=keeper)
 
-        result = self._store.call(unlink)
-        return mpb.UnlinkReply(ino=result.ino, nlink=result.nlink)
+        return convert.unlink_reply(self._store.call(unlink))
 
     @grpc_method
     def Rename(self, request: mpb.RenameRequest, context: Ctx) -> mpb.RenameReply:
         keeper = self._keeper(request.keep_orphan, context)
 
-        def rename() -> Any:
+        def rename() -> RenameResult:
             return self._ns.rename(request.parent, request.name, request.new_parent, request.new_name,
                                    request.flags, request.keep_orphan, keeper)
 
-        result = self._adding_names(context, (request.new_parent,), rename)
-        return mpb.RenameReply(replaced_ino=result.replaced_ino, replaced_nlink=result.replaced_nlink)
+        return convert.rename_reply(self._adding_names(context, (request.new_parent,), rename))
 
     @grpc_method
     def ReadDir(self, request: mpb.ReadDirRequest, context: Ctx) -> mpb.ReadDirReply:
         entries, more = self._read(Namespace.readdir, request.ino, request.after_name, request.limit)
-        return mpb.ReadDirReply(entries=[mpb.DirEntry(name=e.name, attr=convert.attr_pb(e.attr)) for e in entries],
-                                more=more)
+        return convert.readdir_reply(entries, more)
 
     @grpc_method
     def ReadLink(self, request: mpb.InodeRequest, context: Ctx) -> mpb.ReadLinkReply:
@@ -265,18 +269,14 @@ class MasterService(master_pb2_grpc.MasterServicer):
             self._leases.grant(request.ino, session)
             return names
 
-        names = self._store.call(grant)
-        if names is None:
-            return mpb.DirLeaseReply(granted=False)
-        return mpb.DirLeaseReply(granted=True, term_ms=self._term_ms(), names=names)
+        return convert.dir_lease_reply(self._store.call(grant), self._term_ms())
 
     @grpc_method
     def RenewDirLeases(self, request: mpb.DirLeasesRequest, context: Ctx) -> mpb.DirLeasesReply:
         session = session_of(context)
         self._sessions.seen(session)      # also the session's heartbeat
         kept = self._leases.renew(session, list(request.dirs))
-        return mpb.DirLeasesReply(kept=kept, term_ms=self._term_ms(),
-                                  session_timeout_ms=int(self._sessions.timeout_s * 1000))
+        return convert.dir_leases_reply(kept, self._term_ms(), int(self._sessions.timeout_s * 1000))
 
     @grpc_method
     def ReleaseDirLeases(self, request: mpb.DirLeasesRequest, context: Ctx) -> mpb.Empty:
@@ -304,25 +304,22 @@ class MasterService(master_pb2_grpc.MasterServicer):
 
     @grpc_method
     def GetBlocks(self, request: mpb.InodeRequest, context: Ctx) -> mpb.BlocksReply:
-        def get() -> Any:
+        def get() -> FileBlocks:
             return self._ns.get_blocks(request.ino, self._mem.live_ids())
 
         fb = self._store.call(get)
-        return mpb.BlocksReply(attr=convert.attr_pb(fb.attr), blocks=[convert.block_pb(b) for b in fb.blocks],
-                               policy=convert.policy_pb(fb.policy))
+        return convert.blocks_reply(fb.attr, fb.blocks, fb.policy)
 
     @grpc_method
     def AddBlock(self, request: mpb.AddBlockRequest, context: Ctx) -> mpb.AddBlockReply:
-        added = self._store.call(self._add_block, request.ino, request.index, request.client_node)
-        return mpb.AddBlockReply(block_id=added.block_id, worker_ids=list(added.worker_ids),
-                                 storage_class=int(added.storage_class),  # type: ignore[arg-type]
-                                 ttl_ms=added.ttl_ms, block_size=added.block_size)
+        return convert.added_block_reply(self._store.call(self._add_block, request.ino, request.index,
+                                                          request.client_node))
 
     @grpc_method
     def CommitFile(self, request: mpb.CommitFileRequest, context: Ctx) -> mpb.AttrReply:
         blocks = [convert.block_from_pb(b) for b in request.blocks]
         attr = self._store.call(self._ns.commit_file, request.ino, request.size, blocks, request.set_mtime)
-        return mpb.AttrReply(attr=convert.attr_pb(attr))
+        return convert.attr_reply(attr)
 
     # ------------------------------------------------------------------ policy
 
@@ -352,17 +349,13 @@ class MasterService(master_pb2_grpc.MasterServicer):
     def RegisterWorker(self, request: mpb.RegisterWorkerRequest,
                              context: Ctx) -> mpb.RegisterWorkerReply:
         info = convert.worker_from_pb(request.info)
-        reg = self._store.call(self._mem.register, info, list(request.block_ids))
-        return mpb.RegisterWorkerReply(cluster_id=reg.cluster_id, epoch=reg.epoch,
-                                       heartbeat_interval_ms=reg.heartbeat_interval_ms, lease_ms=reg.lease_ms,
-                                       delete_block_ids=list(reg.delete_block_ids))
+        return convert.registered_reply(self._store.call(self._mem.register, info, list(request.block_ids)))
 
     @grpc_method
     def Heartbeat(self, request: mpb.HeartbeatRequest, context: Ctx) -> mpb.HeartbeatReply:
-        hb = self._store.call(self._mem.heartbeat, request.worker_id, convert.usage_from_pb(request),
-                                    list(request.evicted_block_ids), list(request.bad_block_ids))
-        return mpb.HeartbeatReply(epoch=hb.epoch, reregister=hb.reregister,
-                                  delete_block_ids=list(hb.delete_block_ids))
+        return convert.heartbeat_reply(self._store.call(
+            self._mem.heartbeat, request.worker_id, convert.usage_from_pb(request),
+            list(request.evicted_block_ids), list(request.bad_block_ids)))
 
     @grpc_method
     def GetMembership(self, request: mpb.Empty, context: Ctx) -> mpb.Membership:
@@ -379,28 +372,31 @@ class MasterService(master_pb2_grpc.MasterServicer):
     # ------------------------------------------------------------------ background
 
     def maintain(self, stop: threading.Event) -> None:
-        """Lease expiry (so the view shrinks even when nobody asks), freeing files past their unlink
-        grace, and the sweep of blocks that were allocated but never committed. Runs until `stop` is set."""
+        """Runs `maintain_step` every tick until `stop` is set."""
         tick = max(0.05, min(self._mem.lease_ms, self._mem.heartbeat_interval_ms) / 4000.0)
-        next_sweep = time.monotonic() + OPEN_BLOCK_SWEEP_S
-        marker_checked = False
-        next_orphan_sweep = 0.0
         while not stop.wait(tick):
-            self._store.call(self._mem.expire)
-            if not marker_checked and self._leases.grace_over():
-                marker_checked = True
-                self._store.call(self._clear_lease_marker)
-            if time.monotonic() >= next_orphan_sweep:
-                next_orphan_sweep = time.monotonic() + ORPHAN_SWEEP_S
-                self._release_orphans_of_dead_sessions()
-                while self._store.call(self._ns.expire_orphans) and not stop.is_set():
-                    pass
-            if time.monotonic() >= next_sweep:
-                next_sweep = time.monotonic() + OPEN_BLOCK_SWEEP_S
-                dropped = self._store.call(self._ns.expire_open_blocks, OPEN_BLOCK_MAX_AGE_MS)
-                if dropped:
-                    log.info("gave up %d blocks allocated but never committed", dropped)
+            self.maintain_step(stop)
 
+    def maintain_step(self, stop: threading.Event | None = None) -> None:
+        """One round of background work, each part when its time (by the injected clock) has come:
+        lease expiry (so the view shrinks even when nobody asks), clearing the restart-grace marker,
+        releasing orphans of dead sessions and freeing files past their unlink grace, and the sweep
+        of blocks that were allocated but never committed."""
+        self._store.call(self._mem.expire)
+        if not self._marker_checked and self._leases.grace_over():
+            self._marker_checked = True
+            self._store.call(self._clear_lease_marker)
+        now = self._clock()
+        if now >= self._next_orphan_sweep:
+            self._next_orphan_sweep = now + ORPHAN_SWEEP_S
+            self._release_orphans_of_dead_sessions()
+            while self._store.call(self._ns.expire_orphans) and not (stop and stop.is_set()):
+                pass
+        if now >= self._next_open_block_sweep:
+            self._next_open_block_sweep = now + OPEN_BLOCK_SWEEP_S
+            dropped = self._store.call(self._ns.expire_open_blocks, OPEN_BLOCK_MAX_AGE_MS)
+            if dropped:
+                log.info("gave up %d blocks allocated but never committed", dropped)
 
 def server_options() -> list[tuple[str, int]]:
     return [("grpc.max_send_message_length", MAX_MESSAGE),

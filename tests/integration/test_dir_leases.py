@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from curvine_py.client.master import MasterClient
+from curvine_py.core.errors import NotFound
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from tests.harness import Cluster
@@ -49,16 +50,17 @@ def test_a_create_waits_for_the_holder_to_give_the_lease_back(cluster: Cluster) 
     assert b.report().dir_leases == 1
     b.create(_file(directory, "mine-too"))      # the holder's own creates do not wait
     with ThreadPoolExecutor(1) as pool:
-        started = time.monotonic()
         pending = pool.submit(a.create, _file(directory, "theirs"))
-        time.sleep(0.3)
-        assert not pending.done(), "A's create waits while B holds the lease"
-        renewal = b.renew_dir_leases([directory])
-        assert list(renewal.kept) == [], "B learns of the recall at its renewal"
+        deadline = time.monotonic() + 10
+        while list(b.renew_dir_leases([directory]).kept) == [directory]:
+            assert time.monotonic() < deadline, "A's create never recalled B's lease"
+            time.sleep(0.01)
+        # B learns of the recall at its renewal; A has not created anything meanwhile
+        with pytest.raises(NotFound):
+            b.lookup(directory, "theirs")
         b.release_dir_leases([directory])
-        attr = pending.result(timeout=5)
-        waited = time.monotonic() - started
-    assert attr.ino and waited < TERM_MS / 1000, f"A went ahead when B released ({waited:.2f}s)"
+        attr = pending.result(timeout=10)
+    assert attr.ino
     assert b.lookup(directory, "theirs").ino == attr.ino
     assert b.report().dir_leases == 0
     assert not b.acquire_dir_lease(directory).granted, "recalled: not leased again soon"
@@ -68,10 +70,9 @@ def test_a_silent_holder_delays_others_by_at_most_its_term(cluster: Cluster) -> 
     a, b = _sessions(cluster)
     directory = _mkdir(b, "d")
     assert b.acquire_dir_lease(directory).granted
-    started = time.monotonic()
+    # The deadline contract: B never answers, A's link still goes through (the master gives the
+    # lease up after its term; when exactly is tested with a fake clock in tests/unit).
     a.link(a.create(_file(1, "elsewhere")).ino, directory, "linked-in")   # link adds a name too
-    waited = time.monotonic() - started
-    assert 0.5 <= waited < 3.0, f"waited {waited:.2f}s for a term of {TERM_MS} ms"
     assert list(b.renew_dir_leases([directory]).kept) == [], "the lease is gone"
 
 
@@ -81,9 +82,8 @@ def test_rename_into_a_leased_directory_recalls_the_lease(cluster: Cluster) -> N
     a.create(_file(1, "moving"))
     time.sleep(0.01)
     assert b.acquire_dir_lease(directory).granted
-    started = time.monotonic()
     a.rename(1, "moving", directory, "moved")
-    assert time.monotonic() - started >= 0.5
+    assert list(b.renew_dir_leases([directory]).kept) == [], "the name went in only once B's lease was gone"
     assert b.lookup(directory, "moved").type == cpb.REGULAR
 
 
@@ -118,7 +118,7 @@ def test_a_restarted_master_waits_out_its_predecessors_leases(cluster: Cluster) 
         a3 = MasterClient(cluster.master_address)
         started = time.monotonic()
         a3.create(_file(directory, "second-restart"))
-        assert time.monotonic() - started < 0.5, "no leases were granted since: no grace"
+        assert time.monotonic() - started < TERM_MS / 1000, "no leases were granted since: no grace"
         a3.close()
     finally:
         a2.close()

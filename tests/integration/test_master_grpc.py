@@ -96,14 +96,14 @@ def test_sigterm_exits_cleanly(tmp_path: pathlib.Path) -> None:
 
 def test_refuses_an_open_non_loopback_address(tmp_path: pathlib.Path) -> None:
     result = subprocess.run(curvine_command("master", "--data-dir", str(tmp_path / "m"), "--host", "0.0.0.0",
-                                            "--port", "0"), capture_output=True, text=True, timeout=60)
+                                            "--port", "0"), check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "--token" in result.stderr and result.stdout == ""
 
 
 def test_one_master_per_data_dir(proc: RoleProcess, tmp_path: pathlib.Path) -> None:
     result = subprocess.run(curvine_command("master", "--data-dir", str(tmp_path / "m"), "--port", "0"),
-                            capture_output=True, text=True, timeout=60)
+                            check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "another master" in result.stderr
 
 
@@ -250,13 +250,12 @@ def test_silent_worker_leaves_the_membership_within_the_lease(master: Master) ->
         assert not m.Heartbeat(pb.HeartbeatRequest(worker_id="quiet")).reregister
         time.sleep(0.2)
     assert [w.worker_id for w in m.GetMembership(pb.Empty()).workers] == ["quiet"]
-    silent_since = time.monotonic()
-    deadline = silent_since + 5.0
+    # The deadline contract only (lease 1.5 s, generous bound): when exactly it leaves is
+    # tested with a fake clock in tests/unit/test_master_maintenance.py.
+    deadline = time.monotonic() + 15.0
     while m.GetMembership(pb.Empty()).workers:
         assert time.monotonic() < deadline, "a silent worker stayed in the view"
         time.sleep(0.05)
-    gone_after = time.monotonic() - silent_since
-    assert 1.2 < gone_after < 2.5               # about the lease (1.5 s), not much later
     assert m.GetMembership(pb.Empty()).epoch == before + 2
     assert m.Heartbeat(pb.HeartbeatRequest(worker_id="quiet")).reregister
     lost = m.Report(pb.Empty()).workers
@@ -337,11 +336,11 @@ def test_flags_config_file_and_env(tmp_path: pathlib.Path, monkeypatch: pytest.M
     bad = tmp_path / "bad.toml"
     bad.write_text("[master]\nno_such_key = 1\n")
     result = subprocess.run(curvine_command("master", "--data-dir", str(tmp_path / "m"), "--config", str(bad)),
-                            capture_output=True, text=True, timeout=60)
+                            check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "no_such_key" in result.stderr
 
 
 def test_module_entry_point_runs() -> None:
     result = subprocess.run([sys.executable, "-m", "curvine_py.cli.main", "master", "--help"],
-                            capture_output=True, text=True, timeout=60)
+                            check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "--lease-ms" in result.stdout

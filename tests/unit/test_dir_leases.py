@@ -21,7 +21,8 @@ D = 42
 # -- master side ---------------------------------------------------------------------------------
 
 def test_a_grant_blocks_other_sessions_until_released() -> None:
-    leases = DirLeases(2.0)
+    clock = Clock()
+    leases = DirLeases(2.0, clock=clock)
     assert leases.may_grant(D, "b")
     leases.grant(D, "b")
     assert leases.held() == 1
@@ -29,37 +30,59 @@ def test_a_grant_blocks_other_sessions_until_released() -> None:
     leases.check(D, "b")    # the holder's own creates go ahead
     with pytest.raises(LeaseBusy):
         leases.check(D, "a")
-    done = threading.Event()
-
-    def create_on_a() -> None:
-        leases.recall_and_wait(D, "a", time.monotonic() + 5)
-        done.set()
-
-    thread = threading.Thread(target=create_on_a)
-    thread.start()
-    time.sleep(0.2)
-    assert not done.is_set(), "A waits while B holds the lease"
+    assert leases.poll_recall(D, "a", clock.now + 5) == clock.now + 2.0, "A waits while B holds the lease"
     assert leases.renew("b", [D]) == [], "a recalled lease is not renewed"
     leases.release("b", [D])
-    assert done.wait(2), "A goes ahead as soon as B gives the lease back"
-    thread.join()
+    assert leases.poll_recall(D, "a", clock.now + 5) is None, "A goes ahead once B gives the lease back"
     leases.check(D, "a")
     assert leases.held() == 0
 
 
-def test_a_dead_holder_delays_others_by_at_most_its_term() -> None:
-    leases = DirLeases(0.3)
+def test_a_release_wakes_a_waiting_caller() -> None:
+    """The one threaded case: recall_and_wait sleeps on the condition until the holder releases
+    (a 30 s term and a 60 s deadline, so only the release can end the wait in time)."""
+    clock = Clock()
+    leases = DirLeases(30.0, clock=clock)
     leases.grant(D, "b")
-    started = time.monotonic()
-    leases.recall_and_wait(D, "a", started + 5)
-    assert 0.25 <= time.monotonic() - started < 1.0
+    done = threading.Event()
+
+    def create_on_a() -> None:
+        leases.recall_and_wait(D, "a", clock.now + 60)
+        done.set()
+
+    thread = threading.Thread(target=create_on_a)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not leases._leases[D].recalled:       # A has looked and is waiting
+        assert time.monotonic() < deadline, "A never recalled the lease"
+        time.sleep(0.01)
+    assert not done.is_set()
+    leases.release("b", [D])
+    assert done.wait(10), "A goes ahead as soon as B gives the lease back"
+    thread.join()
+
+
+def test_a_dead_holder_delays_others_by_at_most_its_term() -> None:
+    clock = Clock()
+    leases = DirLeases(0.3, clock=clock)
+    leases.grant(D, "b")
+    granted_at = clock.now
+    assert leases.poll_recall(D, "a", clock.now + 5) == granted_at + 0.3
+    clock.now += 0.2
+    assert leases.poll_recall(D, "a", clock.now + 5) == granted_at + 0.3, "still live: wait for its end"
+    clock.now += 0.1
+    assert leases.poll_recall(D, "a", clock.now + 5) is None, "its term is over: go ahead"
 
 
 def test_recall_gives_up_at_the_deadline() -> None:
-    leases = DirLeases(30.0)
+    clock = Clock()
+    leases = DirLeases(30.0, clock=clock)
     leases.grant(D, "b")
+    deadline = clock.now + 0.1
+    assert leases.poll_recall(D, "a", deadline) == deadline
+    clock.now = deadline
     with pytest.raises(Timeout):
-        leases.recall_and_wait(D, "a", time.monotonic() + 0.1)
+        leases.poll_recall(D, "a", deadline)
 
 
 def test_renewal_extends_only_live_unrecalled_leases_of_the_session() -> None:
@@ -127,11 +150,13 @@ def test_cool_down_doubles_with_each_recall() -> None:
 
 
 def test_a_restarted_master_holds_name_changes_back_for_the_old_term() -> None:
-    leases = DirLeases(2.0, grace_s=0.3)
+    clock = Clock()
+    leases = DirLeases(2.0, grace_s=0.3, clock=clock)
     assert not leases.grace_over()
-    started = time.monotonic()
-    leases.recall_and_wait(D, "a", started + 5)
-    assert time.monotonic() - started >= 0.25
+    started = clock.now
+    assert leases.poll_recall(D, "a", started + 5) == started + 0.3, "held back until the grace is over"
+    clock.now += 0.3
+    assert leases.poll_recall(D, "a", started + 5) is None
     assert leases.grace_over()
 
 

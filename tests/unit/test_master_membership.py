@@ -79,7 +79,7 @@ def test_register_reconciles_the_block_report(mem: Membership, ns: Namespace, cl
     ino, (b,) = committed_file(ns, mem, "f")
     assert set(b.worker_ids) == {"w1", "w2"}
     open_grant = ns.add_block(ino, 1, "", mem.live_workers())          # allocated, being written
-    g_ino, (freed,) = committed_file(ns, mem, "g")
+    _g_ino, (freed,) = committed_file(ns, mem, "g")
     ns.unlink(ROOT_INO, "g")
     # w3 joins and claims to hold f's block (copied there by hand, say), an unknown id, the open
     # block, a freed block and an id that cannot be ours
@@ -109,7 +109,7 @@ def test_heartbeat_from_an_unknown_worker_asks_to_reregister(mem: Membership) ->
 
 def test_heartbeat_updates_usage_and_hands_out_deletions(mem: Membership, ns: Namespace) -> None:
     mem.register(worker("w1"))
-    ino, (b,) = committed_file(ns, mem, "f")
+    _ino, (b,) = committed_file(ns, mem, "f")
     ns.unlink(ROOT_INO, "f")
     result = mem.heartbeat("w1", Usage(capacity=1000, used=10, available=990, blocks=1, objects=2, evictions=3))
     assert not result.reregister and result.epoch == 1
