@@ -63,6 +63,10 @@ class WorkerConfig:
     idle_timeout_s: float = 300.0     # a connection silent this long is closed; 0 = never
     header_timeout_s: float = 10.0    # a started frame header must be complete within this
     auth_timeout_s: float = 10.0      # with a token: HELLO must succeed within this of the accept
+    # lm:// has no credentials: node-local by default, a reachable address only when told so.
+    lm_host: str = "127.0.0.1"
+    lm_insecure: bool = False
+    lm_allow: tuple[str, ...] = ()    # peer networks (CIDR) allowed on the lm:// port; () = any
 
 
 @dataclass(frozen=True, slots=True)

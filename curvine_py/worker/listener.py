@@ -32,6 +32,8 @@ OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
 
 ConnectionHandler = Callable[[socket.socket, str], None]
 Refusal = Callable[[socket.socket, CurvineError], None]
+# Raises a CurvineError for a peer (its IP address) that may not connect at all.
+PeerCheck = Callable[[str], None]
 
 
 def close_refused(conn: socket.socket, error: CurvineError) -> None:
@@ -66,13 +68,14 @@ class Listener:
 
     def __init__(self, sock: socket.socket, handler: ConnectionHandler, name: str, *,
                  gate: ConnectionGate | None = None, refuse: Refusal | None = None,
-                 throttle: LogThrottle | None = None) -> None:
+                 throttle: LogThrottle | None = None, check_peer: PeerCheck | None = None) -> None:
         self.sock = sock
         self._handler = handler
         self._name = name
         self._gate = gate
         self._refuse = refuse or close_refused
         self._throttle = throttle or LogThrottle()
+        self._check_peer = check_peer
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
         self._stopping = False
@@ -144,6 +147,14 @@ class Listener:
 
     def _admit(self, conn: socket.socket, address: object) -> None:
         peer_id = peer_key(conn, address)
+        if self._check_peer is not None:
+            try:
+                self._check_peer(peer_id)
+            except CurvineError as exc:   # before a byte is read, and before it counts anywhere
+                self.refused += 1
+                self._log("peer", logging.WARNING, "refusing a connection: %s", exc.message)
+                self._refuse(conn, exc)
+                return
         refusal = self._gate.admit(peer_id) if self._gate is not None else None
         if refusal is not None:
             self.refused += 1

@@ -41,6 +41,7 @@ from curvine_py.core.errors import (
 from curvine_py.transport.blocking import HeadReader, recv_exactly_into, set_send_timeout
 from curvine_py.worker.limits import UNBOUNDED, ConnectionGate, ServerLimits
 from curvine_py.worker.listener import Listener, bind_tcp
+from curvine_py.worker.lmauth import PeerFilter
 
 log = logging.getLogger(__name__)
 
@@ -167,8 +168,10 @@ class LmServer:
     """The `lm://` port of a worker. `start()` binds (port 0 = any) and returns the bound port."""
 
     def __init__(self, kv: KVClient, *, host: str, port: int, max_payload: int,
-                 limits: ServerLimits = UNBOUNDED, gate: ConnectionGate | None = None) -> None:
+                 limits: ServerLimits = UNBOUNDED, gate: ConnectionGate | None = None,
+                 peers: PeerFilter | None = None) -> None:
         self._kv = kv
+        self._peers = peers or PeerFilter()
         self._limits = limits
         self._gate = gate
         self._host = host
@@ -183,9 +186,10 @@ class LmServer:
         def serve(conn: socket.socket, peer: str) -> None:
             LmSession(conn, self._kv, max_payload=self._max_payload, peer=peer, limits=self._limits).serve()
 
-        self._listener = Listener(sock, serve, "lm", gate=self._gate)
+        self._listener = Listener(sock, serve, "lm", gate=self._gate, check_peer=self._peers.check)
         self._listener.start()
-        log.info("lm:// server listening on %s:%d", self._host, port)
+        log.info("lm:// server listening on %s:%d%s", self._host, port,
+                 f" for peers in {', '.join(map(str, self._peers.networks))}" if self._peers.networks else "")
         return port
 
     def stop(self) -> None:

@@ -24,6 +24,7 @@ from curvine_py.core.errors import CurvineError, InvalidArgument
 from curvine_py.worker.evictor import Evictor
 from curvine_py.worker.heartbeat import Advertised, Heartbeater
 from curvine_py.worker.limits import ConnectionGate, ServerLimits, raise_fd_limit
+from curvine_py.worker.lmauth import PeerFilter, check_lm_bind, parse_networks
 from curvine_py.worker.refuser import Refuser
 from curvine_py.worker.server import DataServer, WorkerState
 from curvine_py.worker.shortcircuit import ShortCircuitServer, default_socket_path
@@ -50,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--low-watermark", type=float, help="usage ratio eviction goes down to (default 0.75)")
     p.add_argument("--pin-grace-ms", type=int, help="how long an EXISTS pin keeps a hit readable")
     p.add_argument("--lm-port", type=int, help="LMCache lm:// server port (0 = off, -1 = any free port)")
+    p.add_argument("--lm-host", help="address of the lm:// port (default 127.0.0.1: node-local; the "
+                   "protocol has no credentials)")
+    p.add_argument("--lm-insecure", action="store_true", default=None,
+                   help="allow the lm:// port on a reachable address (anyone reaching it is trusted)")
+    p.add_argument("--lm-allow", dest="lm_allow", action="append", metavar="CIDR",
+                   help="only peers in this network may use the lm:// port (repeatable)")
     p.add_argument("--unix-socket", help="short-circuit socket path (default DATA_DIR/worker.sock)")
     p.add_argument("--worker-id", help="override the id persisted in the first data dir")
     p.add_argument("--max-connections", type=int,
@@ -91,8 +98,9 @@ def _setup_logging(level: str) -> _WorkerLogFilter:
 
 def load_config(args: argparse.Namespace) -> WorkerConfig:
     flags = {k: v for k, v in vars(args).items() if k not in ("config", "log_level") and v is not None}
-    if "data_dirs" in flags:
-        flags["data_dirs"] = tuple(flags["data_dirs"])
+    for many in ("data_dirs", "lm_allow"):
+        if many in flags:
+            flags[many] = tuple(flags[many])
     cfg = config.load(WorkerConfig, section="worker", toml_path=args.config, flags=flags)
     if not cfg.data_dirs:
         raise InvalidArgument("at least one --data-dir is required")
@@ -105,6 +113,9 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
         raise InvalidArgument("--lm-port must be a port, 0 (off) or -1 (any free port)")
     config.require_secure(cfg.host, cfg.token, cfg.insecure, "worker")
     server_limits(cfg)   # validates them
+    if cfg.lm_port:
+        check_lm_bind(cfg.lm_host, token=cfg.token, lm_insecure=cfg.lm_insecure, insecure=cfg.insecure)
+        parse_networks(cfg.lm_allow)
     return cfg
 
 
@@ -135,8 +146,9 @@ def start_lm_server(cfg: WorkerConfig, node: str, teardown: contextlib.ExitStack
     teardown.callback(client.close)
     # No idle timeout on lm://: the stock LMCache client never reconnects (notes/lmcache.md), so a
     # closed idle connection would cost its engine the L2 tier until it restarts.
-    server = LmServer(client.kv, host=cfg.host, port=max(cfg.lm_port, 0), max_payload=cfg.max_payload,
-                      limits=dataclasses.replace(limits, idle_timeout_s=0), gate=gate)
+    server = LmServer(client.kv, host=cfg.lm_host, port=max(cfg.lm_port, 0), max_payload=cfg.max_payload,
+                      limits=dataclasses.replace(limits, idle_timeout_s=0), gate=gate,
+                      peers=PeerFilter(parse_networks(cfg.lm_allow)))
     port = server.start()
     teardown.callback(server.stop)
     return port
@@ -213,7 +225,7 @@ def main(argv: list[str]) -> int:
             if stop.is_set():
                 log.info("stopped before registering with the master")
                 return 0
-            lm = f" lm={host}:{lm_port}" if lm_port else ""
+            lm = f" lm={advertised_host(cfg.lm_host)}:{lm_port}" if lm_port else ""
             print(f"worker={host}:{port} id={worker_id}{lm}", flush=True)
             while not stop.wait(1.0):
                 pass

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import pathlib
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 
 from curvine_py.core import lmproto
+from curvine_py.procs import curvine_command
 from curvine_py.transport.blocking import recv_exactly
 from tests.harness import Cluster, random_bytes, wait_until
+from tests.netns import network_namespaces, requires_netns
 
 
 @pytest.fixture
@@ -102,3 +106,76 @@ def test_objects_of_changing_sizes_on_one_connection(lm_cluster: Cluster) -> Non
     for key in [*stored, *reversed(stored)]:
         reply, payload = get(sock, key)
         assert reply.ok and reply.meta.length == len(stored[key]) and payload == stored[key], key
+
+
+# -- who may use the port (issue 11: LMCache's protocol has no credentials) ------------------------
+
+TOKEN = "lm-test-token"
+
+
+def test_the_port_is_node_local_by_default_even_in_a_token_cluster(tmp_path: pathlib.Path) -> None:
+    with Cluster(tmp_path, workers=1, token=TOKEN, worker_args=["--lm-port", "-1"]) as cluster:
+        host, port = lm_address(cluster, 0)
+        assert host == "127.0.0.1"
+        sock = connect((host, port))
+        sock.sendall(lmproto.encode_request(lmproto.Command.HEALTH, ""))
+        assert recv_exactly(sock, lmproto.REPLY_SIZE) == lmproto.SUCCESS_REPLY
+
+
+@pytest.mark.parametrize("lm_host", ["0.0.0.0", "::"])
+def test_a_reachable_port_in_a_token_cluster_is_refused_without_lm_insecure(
+        tmp_path: pathlib.Path, lm_host: str) -> None:
+    result = subprocess.run(curvine_command(
+        "worker", "--master", "127.0.0.1:1", "--data-dir", str(tmp_path / "d"), "--token", TOKEN,
+        "--lm-port", "-1", "--lm-host", lm_host), capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert "refusing to serve lm://" in result.stderr and "no credentials" in result.stderr
+    assert "--lm-insecure" in result.stderr and TOKEN not in result.stderr
+
+
+def test_a_bad_allow_list_is_refused_clearly(tmp_path: pathlib.Path) -> None:
+    result = subprocess.run(curvine_command(
+        "worker", "--master", "127.0.0.1:1", "--data-dir", str(tmp_path / "d"), "--lm-port", "-1",
+        "--lm-allow", "10.0.0.0/8", "--lm-allow", "not-a-net"), capture_output=True, text=True, timeout=60,
+        check=False)
+    assert result.returncode == 2 and "--lm-allow 'not-a-net' is not a network" in result.stderr
+
+
+PROBE = """
+import socket, sys
+from curvine_py.core import lmproto
+sock = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+try:
+    sock.sendall(lmproto.encode_request(lmproto.Command.HEALTH, ""))
+    reply = sock.recv(lmproto.REPLY_SIZE)
+except (BrokenPipeError, ConnectionResetError):   # closed at accept: EOF or RST
+    reply = b""
+print("served" if reply == lmproto.SUCCESS_REPLY else f"refused {reply!r}")
+"""
+
+
+@requires_netns()
+def test_the_allow_list_refuses_a_peer_of_another_network_namespace(tmp_path: pathlib.Path) -> None:
+    with network_namespaces(2) as lab, Cluster(tmp_path, workers=1, token=TOKEN, host=lab.root_address,
+                                                worker_args=["--lm-port", "-1", "--lm-host", lab.root_address,
+                                                             "--lm-insecure", "--lm-allow",
+                                                             f"{lab[0].address}/32"]) as cluster:
+        host, port = lm_address(cluster, 0)
+        assert host == lab.root_address
+        allowed = lab[0].run([sys.executable, "-c", PROBE, host, str(port)])
+        other = lab[1].run([sys.executable, "-c", PROBE, host, str(port)])
+        assert allowed.stdout.strip() == "served", allowed.stderr
+        assert other.stdout.strip() == "refused b''", other.stderr
+        local = subprocess.run([sys.executable, "-c", PROBE, host, str(port)], capture_output=True, text=True,
+                               timeout=60, check=False)     # the root namespace is not allowed either
+        assert local.stdout.strip() == "refused b''", local.stderr
+
+
+@requires_netns()
+def test_without_an_allow_list_lm_insecure_serves_every_namespace(tmp_path: pathlib.Path) -> None:
+    with network_namespaces(1) as lab, Cluster(tmp_path, workers=1, token=TOKEN, host=lab.root_address,
+                                                worker_args=["--lm-port", "-1", "--lm-host", lab.root_address,
+                                                             "--lm-insecure"]) as cluster:
+        host, port = lm_address(cluster, 0)
+        probe = lab[0].run([sys.executable, "-c", PROBE, host, str(port)])
+        assert probe.stdout.strip() == "served", probe.stderr

@@ -66,7 +66,8 @@ def curvine_lab(root: pathlib.Path, *, workers: int = 2, capacity: str = "",
                 worker_args: Sequence[str] = ()) -> Iterator[Lab]:
     with network_namespaces(2) as net, Cluster(root, workers=workers, token=TOKEN, host=net.root_address,
                                                capacity=capacity,
-                                               worker_args=["--lm-port", "-1", *worker_args]) as cluster:
+                                               worker_args=["--lm-port", "-1", "--lm-host", net.root_address,
+                                                            "--lm-insecure", *worker_args]) as cluster:
         cluster.wait_for_live_workers(workers)
         yield Lab(net, cluster)
 
