@@ -48,7 +48,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def settings_from(argv: list[str]) -> tuple[str, DriverSettings, str]:
+def parse(argv: list[str]) -> argparse.Namespace:
+    """Flags, checked (no I/O: the deployment tests run it over the manifests' commands)."""
     args = parser().parse_args(argv)
     if not args.endpoint:
         raise InvalidArgument("--endpoint unix:///path/csi.sock is required")
@@ -60,6 +61,11 @@ def settings_from(argv: list[str]) -> tuple[str, DriverSettings, str]:
         raise InvalidArgument("--recovery-interval must be > 0")
     if not (args.controller or args.node):
         raise InvalidArgument("serve at least one of --controller and --node")
+    return args
+
+
+def settings_from(argv: list[str]) -> tuple[str, DriverSettings, str]:
+    args = parse(argv)
     token = os.environ.get("CURVINE_TOKEN", "")
     if args.token_file:
         try:

@@ -34,7 +34,8 @@ def block_capability() -> Any:
 
 class Plugin:
     def __init__(self, root: pathlib.Path, master: str, *, controller: bool = True, node: bool = True,
-                 node_id: str = "node-a", extra: Sequence[str] = ()) -> None:
+                 node_id: str = "node-a", extra: Sequence[str] = (), prefix: Sequence[str] = (),
+                 token: str = "") -> None:
         self.root = pathlib.Path(root)
         self.master = master
         self.socket = self.root / "csi" / "csi.sock"
@@ -42,13 +43,22 @@ class Plugin:
         self.roles = (["--controller"] if controller else []) + (["--node"] if node else [])
         self.node_id = node_id
         self.extra = list(extra)
+        self.prefix = list(prefix)            # e.g. nsenter --net=...: the plugin (and its mounts) on another "host"
+        self.token = token
         self.process: RoleProcess | None = None
         self.channel: grpc.Channel | None = None
 
     def argv(self) -> list[str]:
-        return curvine_command("csi", "--endpoint", f"unix://{self.socket}", "--node-id", self.node_id,
+        token: list[str] = []
+        if self.token:
+            token_file = self.root / "token"
+            self.root.mkdir(parents=True, exist_ok=True)
+            token_file.write_text(self.token)
+            token_file.chmod(0o600)
+            token = ["--token-file", str(token_file)]
+        return self.prefix + curvine_command("csi", "--endpoint", f"unix://{self.socket}", "--node-id", self.node_id,
                                "--master", self.master, "--state-dir", str(self.state_dir),
-                               "--base-path", "/volumes", *self.roles, *self.extra)
+                               "--base-path", "/volumes", *token, *self.roles, *self.extra)
 
     def start(self) -> Self:
         self.process = start("csi", self.argv(), ready_prefix="csi=")
