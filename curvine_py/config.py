@@ -83,6 +83,42 @@ class ClientConfig:
     connections_per_worker: int = 4
 
 
+@dataclass(frozen=True, slots=True)
+class MountConfig:
+    """`curvine-py mount` ([mount] in the TOML file). Mount options given with `-o` count as flags.
+    The fuse_* knobs are tuning for benchmarks (env CURVINE_FUSE_*), not part of the CLI."""
+    master: str = ""
+    token: str = ""
+    node: str = ""                    # default: hostname
+    subdir: str = "/"
+    attr_timeout: float = 1.0         # seconds the kernel (and the mount) caches attributes
+    entry_timeout: float = 1.0        # seconds the kernel caches names
+    negative_timeout: float = 0.0     # 0: never cache a missing name (LMCache polls for new ones)
+    writeback_cache: bool = False
+    direct_io: bool = False
+    keep_cache: bool = False
+    deadline_s: float = 10.0          # any operation fails after this long
+    read_ahead_kb: int = 16384        # the kernel's read-ahead: 1 MiB requests need >= 1024
+    max_tasks: int = 64               # concurrent FUSE requests served
+    max_background: int = 64
+    log_level: str = "INFO"
+    fuse_read_ahead: int = 0          # bytes the mount itself fetches ahead of a sequential reader
+    fuse_data_threads: int = 8        # concurrent data calls; 2-core machines gain nothing beyond
+    fuse_trio_reads: bool = True      # reads on trio sockets (fuse/dataplane.py) when possible
+    fuse_switch_interval: float = 0.0005   # sys.setswitchinterval (see fuse/main.py)
+
+    def __post_init__(self) -> None:
+        for name in ("attr_timeout", "entry_timeout", "negative_timeout", "fuse_read_ahead"):
+            if getattr(self, name) < 0:
+                raise InvalidArgument(f"config {name} must be >= 0")
+        for name in ("deadline_s", "fuse_switch_interval"):
+            if getattr(self, name) <= 0:
+                raise InvalidArgument(f"config {name} must be > 0")
+        for name in ("read_ahead_kb", "max_tasks", "max_background", "fuse_data_threads"):
+            if getattr(self, name) < 1:
+                raise InvalidArgument(f"config {name} must be >= 1")
+
+
 T = TypeVar("T")
 
 

@@ -6,8 +6,6 @@ pyfuse3 side) calls the parts directly; this class only wires them and answers s
 """
 from __future__ import annotations
 
-import os
-
 from curvine_py.client import CurvineClient
 from curvine_py.fuse.context import MountContext
 from curvine_py.fuse.dataplane import TrioBlockReader
@@ -21,21 +19,18 @@ from curvine_py.fuse.xattrs import Xattrs
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
-# Bytes fetched ahead of a sequential reader, in the background: the kernel's own read-ahead
-# (4 MiB) keeps a few 1 MiB requests in flight; these find their chunk already fetched.
-READ_AHEAD = int(os.environ.get("CURVINE_FUSE_READ_AHEAD", "0"))
-
 
 class Filesystem:
     def __init__(self, client: CurvineClient, offload: Offload, *, root: int, node: str,
                  read_only: bool = False, attr_ttl: float = 0.0, names_ttl: float = 0.0,
-                 reader: TrioBlockReader | None = None, dir_leases: bool = True) -> None:
+                 reader: TrioBlockReader | None = None, dir_leases: bool = True,
+                 read_ahead: int = 0) -> None:
         self.ctx = MountContext(client, offload, root=root, node=node, read_only=read_only,
                                 attr_ttl=attr_ttl, names_ttl=names_ttl, dir_leases=dir_leases)
         self.root = root
         self.session = SessionTask(self.ctx)
         self.nodes = Nodes(self.ctx, self.session)
-        self.files = Files(self.ctx, self.session, reader=reader, read_ahead=READ_AHEAD)
+        self.files = Files(self.ctx, self.session, reader=reader, read_ahead=read_ahead)
         self.setter = AttrSetter(self.ctx)
         self.dirs = Directories(self.ctx, self.nodes)
         self.xattrs = Xattrs(self.ctx)

@@ -30,8 +30,6 @@ from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 log = logging.getLogger(__name__)
 
-DATA_THREADS = int(os.environ.get("CURVINE_FUSE_DATA_THREADS", "8"))    # concurrent data calls (reads, writes, commits); 2-core machines gain nothing beyond
-
 
 def client_for(options: MountOptions) -> CurvineClient:
     """Per-call timeouts sit below the mount's deadline, so a thread abandoned at the deadline
@@ -42,7 +40,7 @@ def client_for(options: MountOptions) -> CurvineClient:
         "data_timeout_s": max(0.5, options.deadline_s * 0.8),
         # as many pooled connections per worker as data calls may run at once: a request that
         # finds the pool empty would open (and later close) a connection of its own
-        "connections_per_worker": DATA_THREADS,
+        "connections_per_worker": options.data_threads,
     })
     return CurvineClient(config=config)
 
@@ -55,15 +53,16 @@ def resolve_root(client: CurvineClient, subdir: str) -> int:
 
 
 async def serve(options: MountOptions, client: CurvineClient, root: int) -> None:
-    offload = Offload(deadline_s=options.deadline_s, data_threads=DATA_THREADS)
+    offload = Offload(deadline_s=options.deadline_s, data_threads=options.data_threads)
     reader = None
-    if os.environ.get("CURVINE_FUSE_TRIO_READS", "1") != "0":
+    if options.trio_reads:
         reader = TrioBlockReader(token=client.config.token, timeout_s=client.config.data_timeout_s,
-                                 max_payload=client.config.max_payload, per_worker=DATA_THREADS,
+                                 max_payload=client.config.max_payload, per_worker=options.data_threads,
                                  is_local=client.io.is_local)
     fs = Filesystem(client, offload, root=root, node=client.node, read_only=options.read_only,
                     attr_ttl=options.attr_timeout,
-                    names_ttl=min(options.entry_timeout, options.attr_timeout), reader=reader)
+                    names_ttl=min(options.entry_timeout, options.attr_timeout), reader=reader,
+                    read_ahead=options.read_ahead)
     ops = Operations(fs, Timeouts(options.attr_timeout, options.entry_timeout, options.negative_timeout),
                      writeback_cache=options.writeback_cache, direct_io=options.direct_io,
                      keep_cache=options.keep_cache)
@@ -103,15 +102,15 @@ async def _announce(options: MountOptions) -> None:
 
 
 def main(argv: list[str]) -> int:
-    # pyfuse3 copies each 1 MiB reply into the kernel holding the GIL; threads receiving from
-    # workers reacquire it after every recv. With the default 5 ms switch interval they queue
-    # behind it (the convoy effect): a short interval keeps data threads flowing.
-    sys.setswitchinterval(float(os.environ.get("CURVINE_FUSE_SWITCH_INTERVAL", "0.0005")))
     try:
         options = parse(argv)
     except CurvineError as exc:
         print(f"curvine-py mount: {exc.message}", file=sys.stderr)
         return 2
+    # pyfuse3 copies each 1 MiB reply into the kernel holding the GIL; threads receiving from
+    # workers reacquire it after every recv. With the default 5 ms switch interval they queue
+    # behind it (the convoy effect): a short interval keeps data threads flowing.
+    sys.setswitchinterval(options.switch_interval)
     node = options.node or socket.gethostname()
     logging.basicConfig(level=getattr(logging, options.log_level, logging.INFO), stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s mount[{node}] %(name)s: %(message)s")

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
+from curvine_py.config import MountConfig, load
 from curvine_py.core.errors import InvalidArgument
 
-DEFAULT_DEADLINE_S = 10.0
-DEFAULT_READ_AHEAD_KB = 16384    # 1 MiB requests need >= 1024; 16 MiB keeps many in flight (measured best)
 MAX_IO = 1 << 20                 # the kernel's largest FUSE request (max_pages 256)
 
 # Options libfuse understands (mount.c / fuse_lowlevel.c), passed through as given.
@@ -32,26 +33,31 @@ _LIBFUSE_VALUED = {"fsname", "subtype", "max_read", "blksize", "context", "fscon
 
 @dataclass(frozen=True, slots=True)
 class MountOptions:
+    """What a mount runs with: the settings (defaults in config.MountConfig, layered with the
+    TOML file, CURVINE_* env and flags) and the option set for libfuse."""
     master: str
     mountpoint: str
-    subdir: str = "/"
-    token: str = ""
-    node: str = ""
-    fuse_options: frozenset[str] = frozenset({"default_permissions"})
-    attr_timeout: float = 1.0
-    entry_timeout: float = 1.0
-    negative_timeout: float = 0.0
-    writeback_cache: bool = False
-    direct_io: bool = False
-    keep_cache: bool = False
-    deadline_s: float = DEFAULT_DEADLINE_S
-    force: bool = False
-    read_ahead_kb: int = DEFAULT_READ_AHEAD_KB
-    max_tasks: int = 64
-    max_background: int = 64
-    config: str | None = None
-    log_level: str = "INFO"
-    extra: dict[str, str] = field(default_factory=dict)
+    subdir: str
+    token: str
+    node: str
+    fuse_options: frozenset[str]
+    attr_timeout: float
+    entry_timeout: float
+    negative_timeout: float
+    writeback_cache: bool
+    direct_io: bool
+    keep_cache: bool
+    deadline_s: float
+    force: bool
+    read_ahead_kb: int
+    max_tasks: int
+    max_background: int
+    config: str | None
+    log_level: str
+    read_ahead: int               # bytes the mount fetches ahead of a sequential reader
+    data_threads: int
+    trio_reads: bool
+    switch_interval: float
 
     @property
     def read_only(self) -> bool:
@@ -68,19 +74,21 @@ class MountOptions:
 
 
 def parser() -> argparse.ArgumentParser:
+    defaults = MountConfig()
     p = argparse.ArgumentParser(prog="curvine-py mount", description="Mount the curvine namespace with FUSE.")
     p.add_argument("mountpoint")
-    p.add_argument("--master", default=os.environ.get("CURVINE_MASTER", ""),
-                   help="HOST:PORT of the master (env CURVINE_MASTER)")
-    p.add_argument("--subdir", default="/", help="mount this directory of the namespace (default /)")
-    p.add_argument("--token", default=os.environ.get("CURVINE_TOKEN", ""), help="shared secret (env CURVINE_TOKEN)")
-    p.add_argument("--node", default="", help="node name for placement/short-circuit (default: hostname)")
+    p.add_argument("--master", help="HOST:PORT of the master (env CURVINE_MASTER)")
+    p.add_argument("--subdir", help="mount this directory of the namespace (default /)")
+    p.add_argument("--token", help="shared secret (env CURVINE_TOKEN)")
+    p.add_argument("--node", help="node name for placement/short-circuit (default: hostname)")
     p.add_argument("-o", dest="options", action="append", default=[],
                    help="comma-separated mount options: allow_other, default_permissions, ro, fsname=..., "
                         "attr_timeout=S, entry_timeout=S, negative_timeout=S, writeback_cache, direct_io, "
                         "keep_cache")
-    p.add_argument("--attr-timeout", type=float, help="seconds the kernel caches attributes (default 1)")
-    p.add_argument("--entry-timeout", type=float, help="seconds the kernel caches names (default 1)")
+    p.add_argument("--attr-timeout", type=float,
+                   help=f"seconds the kernel caches attributes (default {defaults.attr_timeout:g})")
+    p.add_argument("--entry-timeout", type=float,
+                   help=f"seconds the kernel caches names (default {defaults.entry_timeout:g})")
     p.add_argument("--negative-timeout", type=float,
                    help="seconds a missing name is cached (default 0: never, as LMCache needs)")
     p.add_argument("--writeback-cache", action="store_true", default=None,
@@ -88,15 +96,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--direct-io", action="store_true", default=None, help="bypass the page cache")
     p.add_argument("--keep-cache", action="store_true", default=None,
                    help="keep the page cache across opens (other nodes' writes may be missed)")
-    p.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S,
-                   help=f"seconds any operation may take before it fails (default {DEFAULT_DEADLINE_S:g})")
-    p.add_argument("--read-ahead-kb", type=int, default=DEFAULT_READ_AHEAD_KB,
-                   help=f"kernel read-ahead of the mount (default {DEFAULT_READ_AHEAD_KB})")
-    p.add_argument("--max-tasks", type=int, default=64, help="concurrent FUSE requests served (default 64)")
+    p.add_argument("--deadline", type=float,
+                   help=f"seconds any operation may take before it fails (default {defaults.deadline_s:g})")
+    p.add_argument("--read-ahead-kb", type=int,
+                   help=f"kernel read-ahead of the mount (default {defaults.read_ahead_kb})")
+    p.add_argument("--max-tasks", type=int,
+                   help=f"concurrent FUSE requests served (default {defaults.max_tasks})")
     p.add_argument("--force", action="store_true",
                    help="recover a stale mountpoint (or replace a live mount): lazy unmount, then mount")
-    p.add_argument("--config", help="TOML config file ([client] section)")
-    p.add_argument("--log-level", default=os.environ.get("CURVINE_LOG_LEVEL", "INFO"))
+    p.add_argument("--config", help="TOML config file ([mount] and [client] sections)")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING... (env CURVINE_LOG_LEVEL)")
     return p
 
 
@@ -110,23 +119,19 @@ def _seconds(name: str, value: str) -> float:
     return seconds
 
 
-def parse(argv: list[str]) -> MountOptions:
+def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions:
     args = parser().parse_args(argv)
-    if not args.master:
-        raise InvalidArgument("--master HOST:PORT is required (or CURVINE_MASTER)")
-    timeouts: dict[str, float] = {}
-    flags: dict[str, bool] = {}
+    flags: dict[str, Any] = {}
     # Root mounts serve every user by default (a shared cluster, CSI volumes); the kernel still
     # checks permissions (default_permissions). `-o noallow_other` keeps it to the mounting user.
     fuse_options = {"default_permissions"} | ({"allow_other"} if os.geteuid() == 0 else set())
-    extra: dict[str, str] = {}
     for group in args.options:
         for item in (o.strip() for o in group.split(",")):
             if not item:
                 continue
             key, eq, value = item.partition("=")
             if key in ("attr_timeout", "entry_timeout", "negative_timeout"):
-                timeouts[key] = _seconds(key, value)
+                flags[key] = _seconds(key, value)
             elif key == "noallow_other" and not eq:
                 fuse_options.discard("allow_other")
             elif key in ("writeback_cache", "direct_io", "keep_cache") and not eq:
@@ -139,23 +144,25 @@ def parse(argv: list[str]) -> MountOptions:
                 fuse_options.add(item)
             else:
                 raise InvalidArgument(f"unknown mount option {item!r}")
-    for key, value in (("attr_timeout", args.attr_timeout), ("entry_timeout", args.entry_timeout),
-                       ("negative_timeout", args.negative_timeout)):
+    for key in ("attr_timeout", "entry_timeout", "negative_timeout"):
+        value = getattr(args, key)
         if value is not None:
-            timeouts[key] = _seconds(key, str(value))
-    for key, value in (("writeback_cache", args.writeback_cache), ("direct_io", args.direct_io),
-                       ("keep_cache", args.keep_cache)):
-        if value:
+            flags[key] = _seconds(key, str(value))
+    for key in ("writeback_cache", "direct_io", "keep_cache"):
+        if getattr(args, key):
             flags[key] = True
-    if args.deadline <= 0:
-        raise InvalidArgument("--deadline must be > 0")
-    subdir = "/" + args.subdir.strip("/")
+    flags.update({"master": args.master, "token": args.token, "node": args.node, "subdir": args.subdir,
+                  "deadline_s": args.deadline, "read_ahead_kb": args.read_ahead_kb,
+                  "max_tasks": args.max_tasks, "log_level": args.log_level})
+    cfg = load(MountConfig, section="mount", toml_path=args.config, flags=flags, env=env)
+    if not cfg.master:
+        raise InvalidArgument("--master HOST:PORT is required (or CURVINE_MASTER)")
     return MountOptions(
-        master=args.master, mountpoint=os.path.abspath(args.mountpoint), subdir=subdir, token=args.token,
-        node=args.node, fuse_options=frozenset(fuse_options),
-        attr_timeout=timeouts.get("attr_timeout", 1.0), entry_timeout=timeouts.get("entry_timeout", 1.0),
-        negative_timeout=timeouts.get("negative_timeout", 0.0),
-        writeback_cache=flags.get("writeback_cache", False), direct_io=flags.get("direct_io", False),
-        keep_cache=flags.get("keep_cache", False), deadline_s=args.deadline, force=args.force,
-        read_ahead_kb=args.read_ahead_kb, max_tasks=max(1, args.max_tasks), config=args.config,
-        log_level=args.log_level.upper(), extra=extra)
+        master=cfg.master, mountpoint=os.path.abspath(args.mountpoint), subdir="/" + cfg.subdir.strip("/"),
+        token=cfg.token, node=cfg.node, fuse_options=frozenset(fuse_options),
+        attr_timeout=cfg.attr_timeout, entry_timeout=cfg.entry_timeout, negative_timeout=cfg.negative_timeout,
+        writeback_cache=cfg.writeback_cache, direct_io=cfg.direct_io, keep_cache=cfg.keep_cache,
+        deadline_s=cfg.deadline_s, force=args.force, read_ahead_kb=cfg.read_ahead_kb, max_tasks=cfg.max_tasks,
+        max_background=cfg.max_background, config=args.config, log_level=cfg.log_level.upper(),
+        read_ahead=cfg.fuse_read_ahead, data_threads=cfg.fuse_data_threads, trio_reads=cfg.fuse_trio_reads,
+        switch_interval=cfg.fuse_switch_interval)

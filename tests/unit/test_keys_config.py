@@ -55,3 +55,32 @@ def test_sizes_addresses_and_open_cluster_refusal() -> None:
         config.require_secure("10.0.0.5", "", False, "master")
     config.require_secure("10.0.0.5", "", True, "master")
     config.require_secure("127.0.0.1", "", False, "master")
+
+
+def test_mount_settings_layer_defaults_toml_env_flags(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from curvine_py.fuse.options import parse
+    toml = tmp_path / "m.toml"
+    toml.write_text('[mount]\nattr_timeout = 5.0\nentry_timeout = 4.0\nfuse_data_threads = 3\n'
+                    'fuse_read_ahead = 1048576\n')
+    env = {"CURVINE_MASTER": "m:1", "CURVINE_ENTRY_TIMEOUT": "2.5", "CURVINE_FUSE_TRIO_READS": "0",
+           "CURVINE_FUSE_DATA_THREADS": "6"}
+    options = parse(["/mnt/x", "--config", str(toml), "--attr-timeout", "0.25"], env=env)
+    assert options.master == "m:1"                           # env stands in for --master
+    assert options.attr_timeout == 0.25                      # flag over TOML
+    assert options.entry_timeout == 2.5                      # env over TOML
+    assert options.data_threads == 6 and options.read_ahead == 1 << 20 and not options.trio_reads
+    assert options.negative_timeout == 0.0 and options.deadline_s == 10.0 and options.switch_interval > 0
+    assert parse(["/m", "--master", "h:1", "-o", "attr_timeout=3"], env={}).attr_timeout == 3.0
+    # Bad values are refused at load, each with its name in the message.
+    for argv, env, name in (
+            (["/m"], {}, "--master"),
+            (["/m", "--master", "h:1"], {"CURVINE_FUSE_DATA_THREADS": "0"}, "fuse_data_threads"),
+            (["/m", "--master", "h:1"], {"CURVINE_FUSE_DATA_THREADS": "many"}, "fuse_data_threads"),
+            (["/m", "--master", "h:1", "--deadline", "0"], {}, "deadline_s"),
+            (["/m", "--master", "h:1", "--max-tasks", "0"], {}, "max_tasks"),
+            (["/m", "--master", "h:1"], {"CURVINE_FUSE_SWITCH_INTERVAL": "-1"}, "fuse_switch_interval")):
+        with pytest.raises(InvalidArgument, match=name):
+            parse(argv, env=env)
+    toml.write_text("[mount]\nattr_timout = 1\n")
+    with pytest.raises(InvalidArgument, match="attr_timout"):
+        parse(["/m", "--master", "h:1", "--config", str(toml)], env={})
