@@ -26,7 +26,7 @@ import trio
 
 from curvine_py.client.membership import View, WorkerAddress
 from curvine_py.client.workerio import verify
-from curvine_py.core import frames, layout
+from curvine_py.core import frames
 from curvine_py.core.errors import CurvineError
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
@@ -154,16 +154,3 @@ class TrioBlockReader:
             for conn in conns:
                 conn.close()
         self._idle.clear()
-
-
-def stored_range(block: pb.BlockInfo, inner: int, stored: int) -> tuple[int, int, int]:
-    """(offset, length, minimum) of the READ_BLOCK request that yields [inner, inner+stored) of a
-    block verifiably: whole chunks, clipped at the block's end (see CurvineFile._read_stored)."""
-    chunk = layout.CHUNK_SIZE
-    start = inner - inner % chunk
-    want_end = inner + stored
-    exact = want_end % chunk == 0 or (block.checksum != 0 and want_end == block.length)
-    if exact:
-        return start, want_end - start, want_end - start
-    end = -(-want_end // chunk) * chunk
-    return start, end - start, want_end - start

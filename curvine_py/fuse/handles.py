@@ -15,11 +15,13 @@ import time
 from curvine_py.client.buffers import aligned
 from curvine_py.client.files import CurvineFile
 from curvine_py.core.errors import CurvineError
+from curvine_py.core.posix import kill_suid_sgid, needs_kill
+from curvine_py.core.rules import verifiable_range
 from curvine_py.fuse.context import MountContext
-from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader, stored_range
+from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
 from curvine_py.fuse.readbuf import POOLED
 from curvine_py.fuse.session import SessionTask
-from curvine_py.fuse.state import FileHandle, OpenFile, kill_suid_sgid, needs_kill
+from curvine_py.fuse.state import FileHandle, OpenFile
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
@@ -132,13 +134,16 @@ class Files:
         length, pieces = plan
         try:
             for block, inner, target in pieces:
-                start, want, minimum = stored_range(block, inner, len(target))
-                if start == inner and want == len(target):
-                    await self.reader.read(view, block, start, want, target, minimum)
+                # Pieces hold stored bytes only (try_plan_read zero-fills the rest), so the
+                # range's `stored` is the whole target.
+                span = verifiable_range(block.length, block.checksum != 0, inner, len(target))
+                if span.direct:
+                    await self.reader.read(view, block, span.offset, span.length, target, span.minimum)
                     continue
+                want = span.length
                 scratch = aligned(want) if want > POOLED else self.ctx.buffers.acquire(want)
-                data = await self.reader.read(view, block, start, want, scratch, minimum)
-                target[:] = data[inner - start:inner - start + len(target)]
+                data = await self.reader.read(view, block, span.offset, want, scratch, span.minimum)
+                target[:span.stored] = data[span.skip:span.skip + span.stored]
                 self.ctx.buffers.defer(scratch)
         except FastPathMiss as exc:
             log.debug("fast read of inode %d at %d: %s; using the threaded client", opened.ino, offset, exc)

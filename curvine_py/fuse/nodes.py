@@ -14,15 +14,13 @@ from collections.abc import Sequence
 
 from curvine_py.core.errors import CurvineError, InvalidArgument, NotFound
 from curvine_py.core.keys import validate_name
+from curvine_py.core.posix import check_rename_flags
 from curvine_py.fuse.context import MountContext
 from curvine_py.fuse.session import SessionTask
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 log = logging.getLogger(__name__)
-
-RENAME_NOREPLACE = 1         # renameat2 flags, same values on the wire (master.proto)
-RENAME_EXCHANGE = 2
 
 _KIND_BY_IFMT = {
     stat.S_IFREG: cpb.REGULAR, stat.S_IFDIR: cpb.DIRECTORY, stat.S_IFLNK: cpb.SYMLINK,
@@ -153,8 +151,7 @@ class Nodes:
     async def rename(self, parent: int, name: str, new_parent: int, new_name: str, flags: int) -> None:
         ctx = self.ctx
         ctx.writable()
-        if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE):
-            raise InvalidArgument(f"unsupported rename flags {flags:#x}")
+        check_rename_flags(flags)      # before the round trip: the master says the same
         # A replaced file may be open here: keep it as an orphan, as unlink does.
         keep = bool(ctx.handles.open_files)
         try:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from curvine_py.core.errors import InvalidArgument
+from curvine_py.core.posix import kill_suid_sgid, needs_kill
 from curvine_py.fuse.context import MountContext
-from curvine_py.fuse.state import kill_suid_sgid, needs_kill
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 

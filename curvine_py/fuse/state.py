@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,19 +82,6 @@ class DirHandle:
     page: list[object] = field(default_factory=list)
     page_index: dict[str, int] = field(default_factory=dict)
     page_more: bool = False
-
-
-def kill_suid_sgid(mode: int) -> int:
-    """Permission bits after a write/truncate by an unprivileged process or a chown (Linux rules:
-    setuid always goes; setgid only with group-execute, otherwise it is mandatory locking)."""
-    mode &= ~stat.S_ISUID
-    if mode & stat.S_IXGRP:
-        mode &= ~stat.S_ISGID
-    return mode
-
-
-def needs_kill(mode: int) -> bool:
-    return bool(mode & stat.S_ISUID) or (mode & (stat.S_ISGID | stat.S_IXGRP)) == (stat.S_ISGID | stat.S_IXGRP)
 
 
 class Handles:

@@ -6,7 +6,8 @@ import pytest
 import trio
 
 from curvine_py.client.buffers import aligned
-from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader, stored_range
+from curvine_py.core.rules import verifiable_range
+from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from tests.harness import Cluster, random_bytes
 
@@ -24,10 +25,10 @@ def test_trio_reader_reads_verified_chunks_and_misses_cleanly(cluster: Cluster) 
     reader = TrioBlockReader(token=cluster.token, timeout_s=5.0, max_payload=256 * MiB)
 
     async def read(offset: int, length: int) -> bytes:
-        start, want, minimum = stored_range(block, offset, length)
-        out = aligned(max(want, 1))
-        got = await reader.read(view, block, start, want, out, minimum)
-        return bytes(got[offset - start:offset - start + length])
+        span = verifiable_range(block.length, block.checksum != 0, offset, length)
+        out = aligned(max(span.length, 1))
+        got = await reader.read(view, block, span.offset, span.length, out, span.minimum)
+        return bytes(got[span.skip:span.skip + length])
 
     async def scenario() -> None:
         assert await read(0, MiB) == data[:MiB]

@@ -10,11 +10,12 @@ import pytest
 import trio
 
 from curvine_py.core.errors import InvalidArgument, NotFound, StaleEpoch, Timeout, Unavailable
+from curvine_py.core.posix import kill_suid_sgid, needs_kill
 from curvine_py.fuse.attrs import InodeMap, Timeouts, entry_attributes
 from curvine_py.fuse.errors import FAIL_FAST_ENV, boundary, fuse_errno
 from curvine_py.fuse.options import parse
 from curvine_py.fuse.readbuf import POOLED, ReplyBuffers
-from curvine_py.fuse.state import AttrCache, LookupCounts, kill_suid_sgid, needs_kill
+from curvine_py.fuse.state import AttrCache, LookupCounts
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 

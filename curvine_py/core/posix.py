@@ -1,0 +1,47 @@
+"""Pure POSIX rules about modes and names, written once for every role that needs them (the
+mount applies the setuid/setgid clearing and checks rename flags before a round trip; the master
+applies setgid inheritance and the rename flags in its transactions).
+
+No I/O and no generated code here: plain integers in, plain values out.
+"""
+from __future__ import annotations
+
+import stat
+
+from curvine_py.core.errors import InvalidArgument
+
+RENAME_NOREPLACE = 1         # renameat2(2) flags; the same values travel on the wire (master.proto)
+RENAME_EXCHANGE = 2
+
+
+def check_rename_flags(flags: int) -> None:
+    """renameat2(2): only NOREPLACE and EXCHANGE are known, and they exclude each other (EINVAL)."""
+    if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) or flags == RENAME_NOREPLACE | RENAME_EXCHANGE:
+        raise InvalidArgument(f"bad rename flags {flags:#x}")
+
+
+def inherit_from_parent(parent_mode: int, parent_gid: int, gid: int, perm: int,
+                        directory: bool) -> tuple[int, int]:
+    """(gid, permission bits) of a new inode in a directory of `parent_mode`/`parent_gid`, asked for
+    by a caller of group `gid` with `perm`: in a setgid directory the group is the directory's, and
+    a new subdirectory is setgid too (so the rule carries down the tree); otherwise unchanged."""
+    perm &= 0o7777
+    if parent_mode & stat.S_ISGID:
+        gid = parent_gid
+        if directory:
+            perm |= stat.S_ISGID
+    return gid, perm
+
+
+def kill_suid_sgid(mode: int) -> int:
+    """Permission bits after a write/truncate by an unprivileged process or a chown (Linux rules:
+    setuid always goes; setgid only with group-execute, otherwise it is mandatory locking)."""
+    mode &= ~stat.S_ISUID
+    if mode & stat.S_IXGRP:
+        mode &= ~stat.S_ISGID
+    return mode
+
+
+def needs_kill(mode: int) -> bool:
+    """True when `kill_suid_sgid` would change `mode` (a write must then send a SetAttr first)."""
+    return bool(mode & stat.S_ISUID) or (mode & (stat.S_ISGID | stat.S_IXGRP)) == (stat.S_ISGID | stat.S_IXGRP)
