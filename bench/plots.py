@@ -29,7 +29,7 @@ matplotlib.use("Agg")
 from matplotlib.axes import Axes  # after the backend is chosen
 from matplotlib.figure import Figure
 
-from bench.common import DOC, RESULTS, update_doc
+from bench.common import DOC, RESULTS, median, update_doc
 
 Plot = tuple[str, Figure]          # (what, figure): written as <stem>-<what>.png
 Plotter = Callable[[dict[str, Any]], list[Plot]]
@@ -158,8 +158,10 @@ def plot_meta(data: dict[str, Any]) -> list[Plot]:
         for op in META_OPS:
             runs = [r["concurrency"][t][op] for r in rows]
             _line(ax, files, [x["subject_median"] for x in runs], [x.get("subject") for x in runs], op)
-        floor = [r["concurrency"][t]["create"] for r in rows]
-        _line(ax, files, [x["baseline_median"] for x in floor], [x.get("baseline") for x in floor],
+        # Each op's floor was measured just before it: one line through their medians, bars over all.
+        floors = [[r["concurrency"][t][op] for op in META_OPS] for r in rows]
+        _line(ax, files, [median(x["baseline_median"] for x in f) for f in floors],
+              [[v for x in f for v in x.get("baseline", ())] for f in floors],
               "RPC floor (GetMembership)", linestyle="--", color="black")
         ax.set_xscale("log")
         ax.set_xticks(files, [f"{f:,}" for f in files])
