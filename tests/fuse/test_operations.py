@@ -1,0 +1,205 @@
+"""FUSE middle tier: `Operations` driven directly (fake request context, no kernel) over a real
+master and worker. Each scenario ends with the master's fsck of the namespace finding nothing
+(Rig.run asserts it), so a handler that leaves a dangling name, a wrong nlink or a lost orphan
+fails here before any kernel mount is involved."""
+from __future__ import annotations
+
+import errno
+import os
+import pathlib
+import stat
+from collections.abc import Iterator
+
+import pytest
+
+from curvine_py.core.posix import RENAME_EXCHANGE, RENAME_NOREPLACE
+from curvine_py.fuse.operations import Operations
+from tests.fuse.middle import ROOT, ROOT_CTX, FakeContext, Fields, Rig, fsck, fuse_error, patch_readdir
+from tests.harness import Cluster, random_bytes
+
+MiB = 1 << 20
+USER = FakeContext(uid=1000, gid=1000)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with Cluster(tmp_path_factory.mktemp("middle"), workers=1) as c:
+        yield c
+        assert fsck(c) == []
+
+
+@pytest.fixture
+def rig(cluster: Cluster) -> Rig:
+    return Rig(cluster)
+
+
+async def fresh_dir(ops: Operations, name: str) -> int:
+    entry = await ops.mkdir(ROOT, name.encode(), 0o777, ROOT_CTX)  # type: ignore[arg-type]
+    return int(entry.st_ino)
+
+
+async def write_file(ops: Operations, parent: int, name: str, data: bytes, ctx: FakeContext = ROOT_CTX) -> int:
+    info, entry = await ops.create(parent, name.encode(), stat.S_IFREG | 0o644, os.O_WRONLY | os.O_CREAT,
+                                   ctx)  # type: ignore[arg-type]
+    assert await ops.write(info.fh, 0, data) == len(data)
+    await ops.flush(info.fh)
+    await ops.release(info.fh)
+    return int(entry.st_ino)
+
+
+async def read_file(ops: Operations, ino: int, size: int) -> bytes:
+    info = await ops.open(ino, os.O_RDONLY, ROOT_CTX)  # type: ignore[arg-type]
+    try:
+        out = bytearray()
+        while len(out) < size:
+            piece = bytes(await ops.read(info.fh, len(out), min(MiB, size - len(out))))
+            if not piece:
+                break
+            out += piece
+        return bytes(out)
+    finally:
+        await ops.release(info.fh)
+
+
+def test_files_written_read_and_removed(rig: Rig) -> None:
+    data = random_bytes(3 * MiB + 123, seed=1)
+
+    async def scenario(ops: Operations) -> None:
+        d = await fresh_dir(ops, "files")
+        ino = await write_file(ops, d, "blob", data)
+        entry = await ops.lookup(d, b"blob", ROOT_CTX)  # type: ignore[arg-type]
+        assert entry.st_ino == ino and entry.st_size == len(data) and stat.S_ISREG(entry.st_mode)
+        assert await read_file(ops, ino, len(data)) == data
+        assert (await ops.getattr(ino, ROOT_CTX)).st_size == len(data)  # type: ignore[arg-type]
+        await ops.unlink(d, b"blob", ROOT_CTX)  # type: ignore[arg-type]
+        with fuse_error(errno.ENOENT):
+            await ops.lookup(d, b"blob", ROOT_CTX)  # type: ignore[arg-type]
+        with fuse_error(errno.ESTALE):   # the kernel's inode is gone: it re-resolves the path
+            await ops.getattr(ino, ROOT_CTX)  # type: ignore[arg-type]
+        await ops.rmdir(ROOT, b"files", ROOT_CTX)  # type: ignore[arg-type]
+
+    rig.run(scenario)
+
+
+def test_unlinked_while_open_stays_readable_until_the_last_release(rig: Rig) -> None:
+    async def scenario(ops: Operations) -> None:
+        d = await fresh_dir(ops, "orphans")
+        ino = await write_file(ops, d, "kept", b"still here")
+        info = await ops.open(ino, os.O_RDWR, ROOT_CTX)  # type: ignore[arg-type]
+        await ops.unlink(d, b"kept", ROOT_CTX)  # type: ignore[arg-type]
+        assert fsck(rig.cluster) == [], "an open unlinked file is an orphan, not a leak"
+        assert bytes(await ops.read(info.fh, 0, 100)) == b"still here"
+        await ops.write(info.fh, 10, b", and more")
+        await ops.flush(info.fh)
+        assert bytes(await ops.read(info.fh, 0, 100)) == b"still here, and more"
+        await ops.release(info.fh)
+        assert ino not in ops.fs.ctx.handles.open_files
+        with fuse_error(errno.ENOENT):
+            await ops.lookup(d, b"kept", ROOT_CTX)  # type: ignore[arg-type]
+        await ops.rmdir(ROOT, b"orphans", ROOT_CTX)  # type: ignore[arg-type]
+
+    rig.run(scenario)
+
+
+def test_directories_links_symlinks_and_renames(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    listing = patch_readdir(monkeypatch, room=7)    # several READDIRs per listing
+
+    async def scenario(ops: Operations) -> None:
+        d = await fresh_dir(ops, "tree")
+        sub = await ops.mkdir(d, b"sub", 0o755, ROOT_CTX)  # type: ignore[arg-type]
+        assert (await ops.getattr(d, ROOT_CTX)).st_nlink == 3  # type: ignore[arg-type]
+        a = await write_file(ops, d, "a", b"A")
+        link = await ops.link(a, sub.st_ino, b"a-link", ROOT_CTX)  # type: ignore[arg-type]
+        assert link.st_ino == a and link.st_nlink == 2
+        sym = await ops.symlink(d, b"s", b"a", ROOT_CTX)  # type: ignore[arg-type]
+        assert await ops.readlink(sym.st_ino, ROOT_CTX) == b"a"  # type: ignore[arg-type]
+        fifo = await ops.mknod(d, b"p", stat.S_IFIFO | 0o600, 0, ROOT_CTX)  # type: ignore[arg-type]
+        assert stat.S_ISFIFO(fifo.st_mode)
+        for i in range(20):
+            await write_file(ops, d, f"n{i:02d}", b"")
+        names = await listing.list(ops, d)
+        assert names[:2] == [".", ".."]
+        assert sorted(names[2:]) == sorted(["sub", "a", "s", "p", *(f"n{i:02d}" for i in range(20))])
+
+        with fuse_error(errno.EEXIST):
+            await ops.rename(d, b"a", d, b"s", RENAME_NOREPLACE, ROOT_CTX)  # type: ignore[arg-type]
+        with fuse_error(errno.EINVAL):
+            await ops.rename(d, b"a", d, b"s", RENAME_NOREPLACE | RENAME_EXCHANGE, ROOT_CTX)  # type: ignore[arg-type]
+        await ops.rename(d, b"a", d, b"s", RENAME_EXCHANGE, ROOT_CTX)  # type: ignore[arg-type]
+        assert (await ops.lookup(d, b"s", ROOT_CTX)).st_ino == a  # type: ignore[arg-type]
+        assert (await ops.lookup(d, b"a", ROOT_CTX)).st_ino == sym.st_ino  # type: ignore[arg-type]
+        await ops.rename(d, b"s", d, b"n00", 0, ROOT_CTX)  # type: ignore[arg-type]   # replaces n00
+        assert (await ops.lookup(d, b"n00", ROOT_CTX)).st_ino == a  # type: ignore[arg-type]
+        await ops.rename(d, b"sub", ROOT, b"moved-sub", 0, ROOT_CTX)  # type: ignore[arg-type]
+        assert (await ops.getattr(d, ROOT_CTX)).st_nlink == 2  # type: ignore[arg-type]
+        with fuse_error(errno.ENOTEMPTY):
+            await ops.rmdir(ROOT, b"moved-sub", ROOT_CTX)  # type: ignore[arg-type]
+        await ops.unlink(sub.st_ino, b"a-link", ROOT_CTX)  # type: ignore[arg-type]
+        await ops.rmdir(ROOT, b"moved-sub", ROOT_CTX)  # type: ignore[arg-type]
+        assert (await ops.getattr(a, ROOT_CTX)).st_nlink == 1  # type: ignore[arg-type]
+
+    rig.run(scenario)
+
+
+def test_setattr_rules_and_setuid_clearing(rig: Rig) -> None:
+    async def scenario(ops: Operations) -> None:
+        d = await fresh_dir(ops, "attrs")
+        ino = await write_file(ops, d, "f", b"0123456789")
+        entry = await ops.getattr(ino, ROOT_CTX)  # type: ignore[arg-type]
+        entry.st_mode = stat.S_IFREG | 0o6775
+        entry.st_uid = entry.st_gid = 1000
+        await ops.setattr(ino, entry, Fields(update_mode=True, update_uid=True, update_gid=True),  # type: ignore[arg-type]
+                          None, ROOT_CTX)  # type: ignore[arg-type]
+        assert stat.S_IMODE((await ops.getattr(ino, ROOT_CTX)).st_mode) == 0o6775  # type: ignore[arg-type]
+        info = await ops.open(ino, os.O_WRONLY, USER)  # type: ignore[arg-type]
+        await ops.write(info.fh, 0, b"x")         # an unprivileged write clears setuid and setgid
+        await ops.release(info.fh)
+        assert stat.S_IMODE((await ops.getattr(ino, ROOT_CTX)).st_mode) == 0o775  # type: ignore[arg-type]
+        entry.st_size = 4
+        after = await ops.setattr(ino, entry, Fields(update_size=True), None, ROOT_CTX)  # type: ignore[arg-type]
+        assert after.st_size == 4 and await read_file(ops, ino, 100) == b"x123"
+        entry.st_size = -1
+        with fuse_error(errno.EINVAL):
+            await ops.setattr(ino, entry, Fields(update_size=True), None, ROOT_CTX)  # type: ignore[arg-type]
+        entry.st_mtime_ns = 1_000_000_000
+        after = await ops.setattr(ino, entry, Fields(update_mtime=True), None, ROOT_CTX)  # type: ignore[arg-type]
+        assert after.st_mtime_ns == 1_000_000_000
+
+    rig.run(scenario)
+
+
+def test_xattrs_and_bad_names(rig: Rig) -> None:
+    async def scenario(ops: Operations) -> None:
+        d = await fresh_dir(ops, "xattrs")
+        ino = await write_file(ops, d, "f", b"")
+        await ops.setxattr(ino, b"user.k", b"v", ROOT_CTX)  # type: ignore[arg-type]
+        assert await ops.getxattr(ino, b"user.k", ROOT_CTX) == b"v"  # type: ignore[arg-type]
+        assert await ops.listxattr(ino, ROOT_CTX) == [b"user.k"]  # type: ignore[arg-type]
+        await ops.removexattr(ino, b"user.k", ROOT_CTX)  # type: ignore[arg-type]
+        with fuse_error(errno.ENODATA):
+            await ops.getxattr(ino, b"user.k", ROOT_CTX)  # type: ignore[arg-type]
+        with fuse_error(errno.EILSEQ):          # names travel as UTF-8
+            await ops.lookup(d, b"\xff", ROOT_CTX)  # type: ignore[arg-type]
+        with fuse_error(errno.ENAMETOOLONG):
+            await ops.mkdir(d, b"n" * 256, 0o755, ROOT_CTX)  # type: ignore[arg-type]
+        with fuse_error(errno.ENOTDIR):
+            await ops.mkdir(ino, b"under-a-file", 0o755, ROOT_CTX)  # type: ignore[arg-type]
+        with fuse_error(errno.EEXIST):
+            await ops.mkdir(d, b"f", 0o755, ROOT_CTX)  # type: ignore[arg-type]
+        with fuse_error(errno.EBADF):
+            await ops.read(987654, 0, 10)
+
+    rig.run(scenario)
+
+
+def test_fsck_sees_what_it_must_find(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    """The check the scenarios end with can fail: a name pointing at a missing inode is found."""
+    import sqlite3
+    with Cluster(tmp_path / "broken", workers=0) as broken:
+        broken.client().fs.mkdir("/d")
+        assert fsck(broken) == []
+        db = sqlite3.connect(str(broken.root / "master" / "meta.db"))
+        with db:
+            db.execute("INSERT INTO dentries (parent, name, ino) VALUES (1, 'dangling', 999999)")
+        db.close()
+        assert any("missing inode 999999" in problem for problem in fsck(broken))
