@@ -112,10 +112,12 @@ class LoggingInterceptor(grpc.ServerInterceptor):
             try:
                 response = inner(request, context)
             except Exception:
-                code = context.code() if hasattr(context, "code") else None
-                log.log(level if code is None else logging.INFO, "%s failed: %s %s (%.0f ms)", method,
-                        getattr(code, "name", "UNKNOWN"), context.details() if hasattr(context, "details") else "",
-                        (time.monotonic() - started) * 1000)
+                # code()/details() exist on the server's context (grpc >= 1.38), not in the stubs
+                code = getattr(context, "code", lambda: None)()
+                details = getattr(context, "details", lambda: b"")() or b""
+                log.info("%s failed: %s %s (%.0f ms)", method, getattr(code, "name", "UNKNOWN"),
+                         details.decode(errors="replace") if isinstance(details, bytes) else details,
+                         (time.monotonic() - started) * 1000)
                 raise
             if log.isEnabledFor(level):
                 log.log(level, "%s response: %s (%.0f ms)", method, sanitize(response),

@@ -7,6 +7,7 @@ import errno
 import os
 import pathlib
 import signal
+import subprocess
 
 import pytest
 
@@ -157,3 +158,22 @@ def test_a_stopped_plugin_leaves_mounts_running(cluster: Cluster, tmp_path: path
         unstage(plugin, volume_id, staging)
     finally:
         plugin.stop()
+
+
+def test_a_target_unmounted_by_hand_is_bound_again_and_a_vanished_one_forgotten(
+        cluster: Cluster, tmp_path: pathlib.Path, layout: tuple[pathlib.Path, pathlib.Path, pathlib.Path]) -> None:
+    staging, target, other = layout
+    with Plugin(tmp_path / "plugin", cluster.master_address) as plugin:
+        volume_id = new_volume(plugin, "pvc-rebind")
+        stage(plugin, volume_id, staging)
+        publish(plugin, volume_id, staging, target)
+        publish(plugin, volume_id, staging, other)
+        (target / "old").write_bytes(b"before")
+        subprocess.run(["umount", "-l", str(target)], check=True)
+        subprocess.run(["umount", "-l", str(other)], check=True)
+        other.rmdir()                                   # as if the pod's directory was removed
+        wait_until(lambda: works(target, "old"), RECOVERY_DEADLINE_S, "the target bound again")
+        wait_until(lambda: "forgetting it" in plugin.log, RECOVERY_DEADLINE_S, "the vanished target forgotten")
+        assert not other.exists()
+        unpublish(plugin, volume_id, target)
+        unstage(plugin, volume_id, staging)
