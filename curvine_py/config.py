@@ -67,6 +67,7 @@ class WorkerConfig:
     lm_host: str = "127.0.0.1"
     lm_insecure: bool = False
     lm_allow: tuple[str, ...] = ()    # peer networks (CIDR) allowed on the lm:// port; () = any
+    free_space_ratio: float = 0.10    # each data dir leaves this share of its file system free
 
 
 @dataclass(frozen=True, slots=True)

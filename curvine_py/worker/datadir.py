@@ -7,6 +7,13 @@ Layout (paths derive only from hashes and ids, never from user strings)::
     DIR/tmp/                                     writes in progress (emptied at start)
     DIR/worker.lock                              flock: one worker per dir
     DIR/worker.id                                (first dir only) the persistent worker id
+
+Space: a data dir may hold at most its configured capacity (0 = the file system's size), and
+always leaves `free_space_ratio` of its file system free (the free-space reserve, as JuiceFS's
+--free-space-ratio), measured from the file system itself (statvfs) because others write there
+too: a cache must leave its host room to live (issue 11: a worker once filled its host's root disk).
+Below the reserve, the evictor sees the dir as over its capacity and evicts cache data; a write
+that would eat into it gets NoSpace (ENOSPC), durable ones included.
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ TMP = "tmp"
 LOCK_FILE = "worker.lock"
 WORKER_ID_FILE = "worker.id"
 FILE_MODE = 0o600
+DEFAULT_FREE_SPACE_RATIO = 0.10
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +50,14 @@ class Usage:
 class DataDir:
     """One data dir and its space accounting (`used` = our files, `reserved` = writes in flight)."""
 
-    def __init__(self, path: str, capacity_limit: int) -> None:
+    def __init__(self, path: str, capacity_limit: int, free_space_ratio: float = DEFAULT_FREE_SPACE_RATIO) -> None:
         if capacity_limit < 0:
             raise InvalidArgument(f"negative capacity for data dir {path}")
+        if not 0 <= free_space_ratio < 1:
+            raise InvalidArgument(f"free space ratio must be in [0, 1), got {free_space_ratio}")
         self.path = os.path.abspath(path)
         self.limit = capacity_limit   # 0 = the filesystem's size
+        self.free_space_ratio = free_space_ratio
         self.used = 0
         self.reserved = 0
         self._lock_fd = -1
@@ -56,23 +67,36 @@ class DataDir:
         usage = psutil.disk_usage(self.path)
         return int(usage.total), int(usage.free)
 
+    def space(self) -> tuple[int, int, int]:
+        """(effective capacity, bytes free above the reserve, the reserve) from one statvfs."""
+        total, free = self.disk()
+        keep = int(total * self.free_space_ratio)
+        capacity = min(self.limit, total) if self.limit else total
+        return min(capacity, total - keep), max(0, free - keep), keep
+
     def capacity(self) -> int:
-        total, _ = self.disk()
-        return min(self.limit, total) if self.limit else total
+        return self.space()[0]
 
     def room(self) -> int:
-        """Bytes a new object may take now: within the configured capacity and the disk's free space."""
-        total, free = self.disk()
-        capacity = min(self.limit, total) if self.limit else total
-        return max(0, min(capacity - self.used - self.reserved, free))
+        """Bytes a new object may take now: within the capacity, and leaving the reserve free."""
+        capacity, spare, _ = self.space()
+        return max(0, min(capacity - self.used - self.reserved, spare))
 
     def pressure(self) -> tuple[int, int]:
         """(used incl. reservations, effective capacity) for the eviction policy: a disk shared with
-        other data counts as smaller than it is, so we evict before the disk fills up."""
+        other data counts as smaller than it is, so we evict before the disk eats into the reserve."""
         total, free = self.disk()
+        keep = int(total * self.free_space_ratio)
         capacity = min(self.limit, total) if self.limit else total
         busy = self.used + self.reserved
-        return busy, min(capacity, busy + free)
+        # Not clamped at the reserve: free space below it shrinks the capacity below what we hold,
+        # so the evictor frees the deficit too.
+        return busy, max(0, min(capacity, total - keep, busy + free - keep))
+
+    def usage(self) -> tuple[int, int]:
+        """(capacity, available) as reported to the master."""
+        capacity, spare, _ = self.space()
+        return capacity, max(0, min(capacity - self.used - self.reserved, spare))
 
     def lock(self) -> None:
         fd = os.open(os.path.join(self.path, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)

@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-key-bytes", type=int, help="longest accepted KV key in UTF-8 bytes")
     p.add_argument("--high-watermark", type=float, help="usage ratio that starts eviction (default 0.90)")
     p.add_argument("--low-watermark", type=float, help="usage ratio eviction goes down to (default 0.75)")
+    p.add_argument("--free-space-ratio", type=float,
+                   help="share of each data dir's file system always left free, whatever the capacity "
+                   "(default 0.1); below it cache data is evicted and writes get ENOSPC")
     p.add_argument("--pin-grace-ms", type=int, help="how long an EXISTS pin keeps a hit readable")
     p.add_argument("--lm-port", type=int, help="LMCache lm:// server port (0 = off, -1 = any free port)")
     p.add_argument("--lm-host", help="address of the lm:// port (default 127.0.0.1: node-local; the "
@@ -107,6 +110,8 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
     if not 0 < cfg.low_watermark <= cfg.high_watermark <= 1:
         raise InvalidArgument(f"watermarks must satisfy 0 < low <= high <= 1, got {cfg.low_watermark}, "
                               f"{cfg.high_watermark}")
+    if not 0 <= cfg.free_space_ratio < 1:
+        raise InvalidArgument(f"--free-space-ratio must be in [0, 1), got {cfg.free_space_ratio}")
     if cfg.max_payload <= 0 or cfg.max_key_bytes <= 0:
         raise InvalidArgument("--max-payload and --max-key-bytes must be positive")
     if cfg.lm_port < -1:
@@ -174,7 +179,8 @@ def main(argv: list[str]) -> int:
     try:
         with contextlib.ExitStack() as teardown:
             store = Store([config.parse_data_dir(spec) for spec in cfg.data_dirs],
-                          max_key_bytes=cfg.max_key_bytes, pin_grace_ms=cfg.pin_grace_ms)
+                          max_key_bytes=cfg.max_key_bytes, pin_grace_ms=cfg.pin_grace_ms,
+                          free_space_ratio=cfg.free_space_ratio)
             store.open()
             teardown.callback(store.close)
             store.start_temp_pool()

@@ -36,7 +36,16 @@ from curvine_py.core.eviction import Candidate
 from curvine_py.core.keys import DEFAULT_MAX_KEY_BYTES, validate_key
 from curvine_py.proto.curvine.v1.common_pb2 import CACHE, DURABLE, STORAGE_CLASS_UNSPECIFIED
 from curvine_py.worker import tmpfiles
-from curvine_py.worker.datadir import BLOCKS, FILE_MODE, OBJECTS, TMP, DataDir, Usage, load_worker_id
+from curvine_py.worker.datadir import (
+    BLOCKS,
+    DEFAULT_FREE_SPACE_RATIO,
+    FILE_MODE,
+    OBJECTS,
+    TMP,
+    DataDir,
+    Usage,
+    load_worker_id,
+)
 from curvine_py.worker.inventory import Clock, Entry, Inventory, Stats
 from curvine_py.worker.opencache import OPEN_FILES, OpenFileCache
 from curvine_py.worker.storedfile import StoredFile, read_header
@@ -60,10 +69,11 @@ class Store:
     """
 
     def __init__(self, data_dirs: Sequence[tuple[str, int]], *, max_key_bytes: int = DEFAULT_MAX_KEY_BYTES,
-                 pin_grace_ms: int = 30_000, clock: Clock = wall_ms, open_files: int = OPEN_FILES) -> None:
+                 pin_grace_ms: int = 30_000, clock: Clock = wall_ms, open_files: int = OPEN_FILES,
+                 free_space_ratio: float = DEFAULT_FREE_SPACE_RATIO) -> None:
         if not data_dirs:
             raise InvalidArgument("a worker needs at least one --data-dir")
-        self.dirs = [DataDir(path, capacity) for path, capacity in data_dirs]
+        self.dirs = [DataDir(path, capacity, free_space_ratio) for path, capacity in data_dirs]
         if len({d.path for d in self.dirs}) != len(self.dirs):
             raise InvalidArgument("the same data dir is listed twice")
         self.max_key_bytes = max_key_bytes
@@ -335,14 +345,14 @@ class Store:
             return Stats(inventory.blocks, inventory.objects, inventory.evictions, sum(d.used for d in self.dirs))
 
     def usage(self) -> Usage:
-        """Capacity (configured, capped by the filesystem), our used bytes, and what is still
-        available (capped by the filesystem's free space), summed over the dirs."""
+        """Capacity (configured, capped by the file system less its free-space reserve), our used
+        bytes, and what is still available (capped by the free space above the reserve), summed
+        over the dirs."""
         capacity = used = available = 0
         with self.lock:
             for data_dir in self.dirs:
-                total, free = data_dir.disk()
-                cap = min(data_dir.limit, total) if data_dir.limit else total
+                cap, room = data_dir.usage()
                 capacity += cap
                 used += data_dir.used
-                available += max(0, min(cap - data_dir.used - data_dir.reserved, free))
+                available += room
         return Usage(capacity, used, available)
