@@ -16,7 +16,7 @@ from curvine_py.csi import volumes
 from curvine_py.csi.catalog import Catalog
 from curvine_py.csi.errors import CsiError, already_exists, csi_method, invalid, not_found
 from curvine_py.csi.locks import KeyedLocks
-from curvine_py.csi.quota import cluster_space, enforce_capacity
+from curvine_py.csi.quota import enforce_capacity, space_under
 from curvine_py.csi.volumes import Parameters, VolumeRecord
 from curvine_py.proto.csi.v1 import csi_pb2 as csi
 from curvine_py.proto.csi.v1 import csi_pb2_grpc
@@ -66,7 +66,7 @@ class Controller(csi_pb2_grpc.ControllerServicer):
             existing = self.catalog.lookup(volume_id)
             if existing is not None:
                 return csi.CreateVolumeResponse(volume=self._repeat(existing, request.name, params, wanted))
-            self._check_space(capacity)
+            self._check_space(capacity, params.base_path)
             path = volumes.directory_for(request.name, params.base_path)
             found = self.catalog.record_at(path)
             if found is None and not self.catalog.make_directory(path):
@@ -94,11 +94,11 @@ class Controller(csi_pb2_grpc.ControllerServicer):
             raise already_exists(f"volume {name!r} exists with other parameters")
         return existing.to_volume()
 
-    def _check_space(self, capacity: int) -> None:
-        space = cluster_space(self.client)
+    def _check_space(self, capacity: int, base_path: str) -> None:
+        space = space_under(self.client, base_path)
         if capacity and space.capacity and capacity > space.capacity:
             raise CsiError(grpc.StatusCode.OUT_OF_RANGE,
-                           f"capacity {capacity} exceeds the cluster's {space.capacity} bytes")
+                           f"capacity {capacity} exceeds the {space.capacity} bytes {base_path} can hold")
 
     def _apply_policy(self, record: VolumeRecord) -> None:
         policy = cpb.Policy(storage_class=_STORAGE_CLASS[record.storage_class], replicas=record.replicas,
@@ -173,9 +173,8 @@ class Controller(csi_pb2_grpc.ControllerServicer):
 
     @csi_method
     def GetCapacity(self, request: csi.GetCapacityRequest, context: Any) -> csi.GetCapacityResponse:
-        if request.parameters:
-            volumes.parse_parameters(dict(request.parameters), self.default_base)
-        space = cluster_space(self.client)
+        params = volumes.parse_parameters(dict(request.parameters), self.default_base)
+        space = space_under(self.client, params.base_path)
         if any(volumes.check_capability(c) for c in request.volume_capabilities):
             return csi.GetCapacityResponse(available_capacity=0)
         response = csi.GetCapacityResponse(available_capacity=space.available)
@@ -202,7 +201,7 @@ class Controller(csi_pb2_grpc.ControllerServicer):
             record = self._volume(request.volume_id)
             if record.capacity and capacity <= record.capacity:     # already that large: nothing to do
                 return csi.ControllerExpandVolumeResponse(capacity_bytes=record.capacity)
-            self._check_space(capacity)
+            self._check_space(capacity, record.path.rsplit("/", 1)[0] or "/")
             enforce_capacity(self.client, record.path, capacity)
             grown = VolumeRecord(record.volume_id, record.name, record.path, capacity, record.storage_class,
                                  record.replicas, record.ttl_ms, record.on_delete)

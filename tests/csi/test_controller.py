@@ -285,3 +285,23 @@ def test_unoffered_rpcs_are_unimplemented(plugin: Plugin) -> None:
     with pytest.raises(grpc.RpcError) as err:
         call(b"")
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_a_quota_on_the_base_path_bounds_capacity_and_volume_size(plugin: Plugin, cluster: Cluster) -> None:
+    MiB = 1 << 20
+    client = cluster.client()
+    client.fs.mkdir("/tenant-a", parents=True)
+    client.fs.set_quota("/tenant-a", max_bytes=100 * MiB)
+    params = {"basePath": "/tenant-a/volumes"}             # below the quota, not made yet
+    reply = plugin.controller.GetCapacity(csi.GetCapacityRequest(volume_capabilities=[capability()],
+                                                                 parameters=params))
+    assert reply.maximum_volume_size.value == 100 * MiB and reply.available_capacity <= 100 * MiB
+    too_big = csi.CreateVolumeRequest(name="pvc-tenant-big", volume_capabilities=[capability()], parameters=params,
+                                      capacity_range=csi.CapacityRange(required_bytes=200 * MiB))
+    assert code_of(plugin.controller.CreateVolume, too_big) == grpc.StatusCode.OUT_OF_RANGE
+    volume = create(plugin, "pvc-tenant", size=50 * MiB, **params)
+    assert volume.volume_context["path"] == "/tenant-a/volumes/pvc-tenant"
+    grow = csi.ControllerExpandVolumeRequest(volume_id=volume.volume_id,
+                                             capacity_range=csi.CapacityRange(required_bytes=200 * MiB))
+    assert code_of(plugin.controller.ControllerExpandVolume, grow) == grpc.StatusCode.OUT_OF_RANGE
+    assert cluster.client().fs.quota("/tenant-a/volumes/pvc-tenant").max_bytes == 50 * MiB   # unchanged
