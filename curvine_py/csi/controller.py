@@ -76,7 +76,7 @@ class Controller(csi_pb2_grpc.ControllerServicer):
             record = VolumeRecord.new(request.name, path, capacity, params)
             self.catalog.write_record(record)
             self._apply_policy(record)
-            enforce_capacity(self.client, path, capacity)
+            enforce_capacity(self.client, path, capacity, params.max_inodes)
             self.catalog.add_to_index(record)
         log.info("created volume %s (%s) at %s, capacity %d, class %s", volume_id, request.name, path, capacity,
                  params.storage_class)
@@ -202,10 +202,8 @@ class Controller(csi_pb2_grpc.ControllerServicer):
             if record.capacity and capacity <= record.capacity:     # already that large: nothing to do
                 return csi.ControllerExpandVolumeResponse(capacity_bytes=record.capacity)
             self._check_space(capacity, record.path.rsplit("/", 1)[0] or "/")
-            enforce_capacity(self.client, record.path, capacity)
-            grown = VolumeRecord(record.volume_id, record.name, record.path, capacity, record.storage_class,
-                                 record.replicas, record.ttl_ms, record.on_delete)
-            self.catalog.write_record(grown)
+            enforce_capacity(self.client, record.path, capacity, record.max_inodes)
+            self.catalog.write_record(record.with_capacity(capacity))
         log.info("expanded volume %s to %d bytes", request.volume_id, capacity)
         # The quota is live on the master: mounts see the new size at once, nothing to do on nodes.
         return csi.ControllerExpandVolumeResponse(capacity_bytes=capacity, node_expansion_required=False)

@@ -18,9 +18,9 @@ class ClusterSpace:
     available: int
 
 
-def enforce_capacity(client: CurvineClient, path: str, capacity: int) -> None:
-    """Sets the byte quota of a volume's directory (0: no limit)."""
-    client.fs.set_quota(path, max_bytes=capacity)
+def enforce_capacity(client: CurvineClient, path: str, capacity: int, max_inodes: int = 0) -> None:
+    """Sets the byte and inode quota of a volume's directory (0: no limit)."""
+    client.fs.set_quota(path, max_bytes=capacity, max_inodes=max_inodes)
 
 
 def space_under(client: CurvineClient, base_path: str) -> ClusterSpace:

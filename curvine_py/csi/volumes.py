@@ -9,6 +9,7 @@ capacity and its parameters; the controller's index maps ids to directories.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -26,7 +27,7 @@ CLASSES = ("cache", "durable")
 ON_DELETE = ("delete", "retain")
 # Added by external-provisioner (--extra-create-metadata) and by Kubernetes itself: informative only.
 KUBERNETES_PREFIX = "csi.storage.k8s.io/"
-KNOWN_PARAMETERS = {"class", "replicas", "ttl", "basePath", "onDelete"}
+KNOWN_PARAMETERS = {"class", "replicas", "ttl", "basePath", "onDelete", "maxInodes"}
 
 _ID = re.compile(r"^cv-[0-9a-f]{32}$")
 _SAFE_DIR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -50,6 +51,7 @@ class Parameters:
     ttl_ms: int = 0                      # 0: no TTL
     base_path: str = DEFAULT_BASE_PATH
     on_delete: str = "delete"
+    max_inodes: int = 0                  # 0: no inode quota
 
 
 def parse_duration_ms(text: str) -> int:
@@ -88,7 +90,15 @@ def parse_parameters(raw: dict[str, str], default_base: str = DEFAULT_BASE_PATH)
     on_delete = raw.get("onDelete", "delete")
     if on_delete not in ON_DELETE:
         raise invalid(f"onDelete={on_delete!r}: expected one of {list(ON_DELETE)}")
-    return Parameters(storage_class, replicas, ttl_ms, base, on_delete)
+    max_inodes = 0
+    if "maxInodes" in raw:
+        try:
+            max_inodes = int(raw["maxInodes"])
+        except ValueError:
+            raise invalid(f"maxInodes={raw['maxInodes']!r} is not a number") from None
+        if max_inodes < 1:
+            raise invalid(f"maxInodes={max_inodes}: expected at least 1 (leave it out for no limit)")
+    return Parameters(storage_class, replicas, ttl_ms, base, on_delete, max_inodes)
 
 
 def capacity_of(capacity: csi.CapacityRange | None, *, required_field: bool = False) -> int:
@@ -177,11 +187,12 @@ class VolumeRecord:
     replicas: int
     ttl_ms: int
     on_delete: str
+    max_inodes: int = 0
 
     @classmethod
     def new(cls, name: str, path: str, capacity: int, params: Parameters) -> VolumeRecord:
         return cls(volume_id(name), name, path, capacity, params.storage_class, params.replicas, params.ttl_ms,
-                   params.on_delete)
+                   params.on_delete, params.max_inodes)
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -190,13 +201,17 @@ class VolumeRecord:
     def decode(cls, raw: bytes) -> VolumeRecord:
         try:
             fields = json.loads(raw)
-            return cls(**{k: fields[k] for k in cls.__dataclass_fields__})
+            # fields added later have defaults: records written before them still read
+            return cls(**{k: fields[k] for k in cls.__dataclass_fields__ if k in fields})
         except (ValueError, KeyError, TypeError) as exc:
             raise internal(f"unreadable volume record: {exc}") from None
 
+    def with_capacity(self, capacity: int) -> VolumeRecord:
+        return dataclasses.replace(self, capacity=capacity)
+
     def same_parameters(self, params: Parameters) -> bool:
-        return (self.storage_class, self.replicas, self.ttl_ms, self.on_delete) == (
-            params.storage_class, params.replicas, params.ttl_ms, params.on_delete)
+        return (self.storage_class, self.replicas, self.ttl_ms, self.on_delete, self.max_inodes) == (
+            params.storage_class, params.replicas, params.ttl_ms, params.on_delete, params.max_inodes)
 
     def context(self) -> dict[str, str]:
         """volume_context handed to the node (informative: the node resolves the id itself)."""

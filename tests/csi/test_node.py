@@ -237,3 +237,28 @@ def test_the_capacity_is_a_quota_the_mount_enforces_and_expansion_raises(
     assert st.f_blocks * st.f_frsize == 32 * MiB
     unpublish(plugin, volume_id, target)
     unstage(plugin, volume_id, staging)
+
+
+def test_max_inodes_is_an_inode_quota_the_pod_sees(plugin: Plugin, cluster: Cluster,
+                                                   paths: tuple[pathlib.Path, pathlib.Path]) -> None:
+    staging, target = paths
+    volume_id = str(plugin.controller.CreateVolume(csi.CreateVolumeRequest(
+        name="pvc-inodes", volume_capabilities=[capability()], parameters={"maxInodes": "3"},
+        capacity_range=csi.CapacityRange(required_bytes=GiB))).volume.volume_id)
+    assert cluster.client().fs.quota("/volumes/pvc-inodes").max_inodes == 3
+    stage(plugin, volume_id, staging)
+    publish(plugin, volume_id, staging, target)
+    for name in ("a", "b", "c"):
+        (target / name).write_bytes(b"x")
+    with pytest.raises(OSError) as err:
+        (target / "d").write_bytes(b"x")
+    assert err.value.errno == errno.EDQUOT
+    stats = plugin.node.NodeGetVolumeStats(csi.NodeGetVolumeStatsRequest(volume_id=volume_id, volume_path=str(target)))
+    inodes = {u.unit: u for u in stats.usage}[csi.VolumeUsage.INODES]
+    assert (inodes.total, inodes.used, inodes.available) == (3, 3, 0)      # the quota, as the pod sees it
+    # expansion keeps the inode limit
+    plugin.controller.ControllerExpandVolume(csi.ControllerExpandVolumeRequest(
+        volume_id=volume_id, capacity_range=csi.CapacityRange(required_bytes=2 * GiB)))
+    assert cluster.client().fs.quota("/volumes/pvc-inodes").max_inodes == 3
+    unpublish(plugin, volume_id, target)
+    unstage(plugin, volume_id, staging)
