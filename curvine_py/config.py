@@ -6,11 +6,12 @@ not a surprise later. Env names are CURVINE_<FIELD> (e.g. CURVINE_MASTER, CURVIN
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_type_hints
 
 from curvine_py.core.errors import InvalidArgument
@@ -28,7 +29,8 @@ class MasterConfig:
     data_dir: str = "/var/lib/curvine-py/master"
     host: str = "127.0.0.1"
     port: int = DEFAULT_MASTER_PORT
-    token: str = ""
+    token: str = field(default="", repr=False)   # never in a repr, so never in a log line
+    token_file: str = ""              # the token read from this file (see load)
     insecure: bool = False
     block_size: int = 64 * MiB
     heartbeat_interval_ms: int = 1000
@@ -48,7 +50,8 @@ class WorkerConfig:
     port: int = DEFAULT_WORKER_PORT
     lm_port: int = DEFAULT_LM_PORT
     node: str = ""                    # node name; default: hostname
-    token: str = ""
+    token: str = field(default="", repr=False)   # never in a repr, so never in a log line
+    token_file: str = ""              # the token read from this file (see load)
     insecure: bool = False
     worker_id: str = ""               # default: persisted in the first data dir
     max_payload: int = 256 * MiB
@@ -73,7 +76,8 @@ class WorkerConfig:
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
     master: str = "127.0.0.1:8995"
-    token: str = ""
+    token: str = field(default="", repr=False)   # never in a repr, so never in a log line
+    token_file: str = ""              # the token read from this file (see load)
     node: str = ""
     rpc_timeout_s: float = 5.0
     data_timeout_s: float = 10.0
@@ -89,7 +93,8 @@ class MountConfig:
     """`curvine-py mount` ([mount] in the TOML file). Mount options given with `-o` count as flags.
     The fuse_* knobs are tuning for benchmarks (env CURVINE_FUSE_*), not part of the CLI."""
     master: str = ""
-    token: str = ""
+    token: str = field(default="", repr=False)   # never in a repr, so never in a log line
+    token_file: str = ""              # the token read from this file (see load)
     node: str = ""                    # default: hostname
     subdir: str = "/"
     attr_timeout: float = 1.0         # seconds the kernel (and the mount) caches attributes
@@ -146,9 +151,15 @@ def _coerce(name: str, kind: Any, value: Any) -> Any:
 
 def load(cls: type[T], *, section: str, toml_path: str | None = None,
          flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> T:
+    """Layers defaults < TOML [section] < CURVINE_<FIELD> env < flags (None = not given).
+
+    Secrets: `token_file` stands for `token` at the layer it is given (so `--token-file` beats
+    CURVINE_TOKEN, and `--token` beats CURVINE_TOKEN_FILE); both at one layer is an error. The
+    token never appears in a message, a repr, or (for children) a command line."""
     hints = get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     values: dict[str, Any] = {}
+    layer: dict[str, int] = {}
     if toml_path:
         with open(toml_path, "rb") as fh:
             table = tomllib.load(fh).get(section, {})
@@ -156,15 +167,49 @@ def load(cls: type[T], *, section: str, toml_path: str | None = None,
         if unknown:
             raise InvalidArgument(f"unknown keys in [{section}] of {toml_path}: {sorted(unknown)}")
         values.update(table)
+        layer.update(dict.fromkeys(table, 1))
     environ = os.environ if env is None else env
     for name in names:
         key = f"CURVINE_{name.upper()}"
         if key in environ:
             values[name] = environ[key]
+            layer[name] = 2
     for name, value in (flags or {}).items():
         if name in names and value is not None:
             values[name] = value
+            layer[name] = 3
+    if values.get("token_file") and "token" in names:
+        file_layer, token_layer = layer["token_file"], layer.get("token", 0)
+        if file_layer == token_layer and values.get("token"):
+            raise InvalidArgument(f"give a token or a token file, not both ({_LAYERS[file_layer]})")
+        if file_layer > token_layer:
+            values["token"] = read_token_file(str(values["token_file"]))
     return cls(**{k: _coerce(k, hints[k], v) for k, v in values.items()})
+
+
+_LAYERS = {1: "in the TOML file", 2: "in the environment", 3: "as flags"}
+
+
+def read_token_file(path: str) -> str:
+    """The shared secret held in `path` (surrounding whitespace and the final newline dropped).
+    Errors name the file, never its content."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"cannot read the token file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not token:
+        raise InvalidArgument(f"the token file {path} is empty")
+    if any(c.isspace() for c in token):
+        raise InvalidArgument(f"the token in {path} contains whitespace")
+    return token
+
+
+def add_token_file_option(parser: argparse.ArgumentParser) -> None:
+    """`--token-file F`: the shared secret from a file (or CURVINE_TOKEN_FILE / CURVINE_TOKEN in the
+    environment), so it is never on a command line where `ps` shows it to every user."""
+    parser.add_argument("--token-file", help="file holding the shared-secret token "
+                                             "(env CURVINE_TOKEN_FILE; or the token itself in CURVINE_TOKEN)")
 
 
 def split_address(address: str, default_port: int) -> tuple[str, int]:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from curvine_py.core.errors import Unavailable
@@ -62,12 +62,25 @@ def curvine_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "curvine_py.cli.main", *args]
 
 
+def child_environment(changes: Mapping[str, str | None] | None) -> dict[str, str]:
+    """Our environment with `changes` applied (None removes a variable): how secrets reach a
+    child (CURVINE_TOKEN), never its argv, which every user can read in /proc/PID/cmdline."""
+    environ = dict(os.environ)
+    for key, value in (changes or {}).items():
+        if value is None:
+            environ.pop(key, None)
+        else:
+            environ[key] = value
+    return environ
+
+
 def start(name: str, argv: Sequence[str], *, ready_prefix: str, timeout: float = 30.0,
-          env: dict[str, str] | None = None, echo: bool = False) -> RoleProcess:
+          env: Mapping[str, str | None] | None = None, echo: bool = False) -> RoleProcess:
     """Starts `argv` and returns once a stdout line starts with `ready_prefix`. The rest of its
-    output keeps being drained (into `tail`, and to our stderr when `echo`) so it never blocks."""
+    output keeps being drained (into `tail`, and to our stderr when `echo`) so it never blocks.
+    `env`: changes to our environment for the child (None removes a variable)."""
     process = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, **(env or {})}, start_new_session=True, bufsize=1)
+                               env=child_environment(env), start_new_session=True, bufsize=1)
     lines: deque[str] = deque(maxlen=50)
     ready = threading.Event()
     found: list[str] = []

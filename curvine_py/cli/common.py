@@ -1,5 +1,5 @@
 """Shared plumbing of the client tools: --master/--token/--config options (CURVINE_MASTER and
-CURVINE_TOKEN stand in for them) and one error boundary that prints a clear message."""
+CURVINE_TOKEN or CURVINE_TOKEN_FILE stand in for them) and one error boundary that prints a clear message."""
 from __future__ import annotations
 
 import argparse
@@ -8,20 +8,22 @@ import sys
 from collections.abc import Callable
 
 from curvine_py.client import CurvineClient
-from curvine_py.config import ClientConfig, load
+from curvine_py.config import ClientConfig, add_token_file_option, load
 from curvine_py.core.errors import CurvineError, errno_name
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master", help="HOST:PORT of the master (env CURVINE_MASTER)")
-    parser.add_argument("--token", help="shared-secret token (env CURVINE_TOKEN)")
+    parser.add_argument("--token", help="shared-secret token (env CURVINE_TOKEN; visible in ps: prefer --token-file)")
+    add_token_file_option(parser)
     parser.add_argument("--config", help="TOML config file ([client] section)")
     parser.add_argument("--timeout", type=float, help="seconds per RPC (default 5)")
 
 
 def client_from(args: argparse.Namespace) -> CurvineClient:
     config = load(ClientConfig, section="client", toml_path=args.config,
-                  flags={"master": args.master, "token": args.token, "rpc_timeout_s": args.timeout})
+                  flags={"master": args.master, "token": args.token, "token_file": args.token_file,
+                         "rpc_timeout_s": args.timeout})
     return CurvineClient(config=config)
 
 

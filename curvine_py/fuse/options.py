@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from curvine_py.config import MountConfig, load
+from curvine_py.config import MountConfig, add_token_file_option, load
 from curvine_py.core.errors import InvalidArgument
 
 MAX_IO = 1 << 20                 # the kernel's largest FUSE request (max_pages 256)
@@ -38,7 +38,7 @@ class MountOptions:
     master: str
     mountpoint: str
     subdir: str
-    token: str
+    token: str = field(repr=False)   # never in a repr, so never in a log line
     node: str
     fuse_options: frozenset[str]
     attr_timeout: float
@@ -79,7 +79,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("mountpoint")
     p.add_argument("--master", help="HOST:PORT of the master (env CURVINE_MASTER)")
     p.add_argument("--subdir", help="mount this directory of the namespace (default /)")
-    p.add_argument("--token", help="shared secret (env CURVINE_TOKEN)")
+    p.add_argument("--token", help="shared secret (env CURVINE_TOKEN; visible in ps: prefer --token-file)")
+    add_token_file_option(p)
     p.add_argument("--node", help="node name for placement/short-circuit (default: hostname)")
     p.add_argument("-o", dest="options", action="append", default=[],
                    help="comma-separated mount options: allow_other, default_permissions, ro, fsname=..., "
@@ -151,7 +152,8 @@ def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions
     for key in ("writeback_cache", "direct_io", "keep_cache"):
         if getattr(args, key):
             flags[key] = True
-    flags.update({"master": args.master, "token": args.token, "node": args.node, "subdir": args.subdir,
+    flags.update({"master": args.master, "token": args.token, "token_file": args.token_file, "node": args.node,
+                  "subdir": args.subdir,
                   "deadline_s": args.deadline, "read_ahead_kb": args.read_ahead_kb,
                   "max_tasks": args.max_tasks, "log_level": args.log_level})
     cfg = load(MountConfig, section="mount", toml_path=args.config, flags=flags, env=env)

@@ -67,6 +67,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="gRPC port (0 = any free port; default 8995)")
     p.add_argument("--token", help="shared secret required from every client and worker")
+    config.add_token_file_option(p)
     p.add_argument("--insecure", action="store_true", default=None,
                    help="allow a non-loopback --host without --token")
     p.add_argument("--lease-ms", type=int, help="a worker silent this long leaves the view (default 5000)")
@@ -88,6 +89,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def load_config(args: argparse.Namespace) -> config.MasterConfig:
     flags: dict[str, Any] = {
         "data_dir": args.data_dir, "host": args.host, "port": args.port, "token": args.token,
+        "token_file": args.token_file,
         "insecure": args.insecure, "lease_ms": args.lease_ms, "heartbeat_interval_ms": args.heartbeat_ms,
         "dir_lease_ms": args.dir_lease_ms, "unlink_grace_ms": args.unlink_grace_ms,
         "session_timeout_ms": args.session_timeout_ms,

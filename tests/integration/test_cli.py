@@ -1,6 +1,7 @@
 """The command-line tools against a real cluster, and the one-command embedded default (`up`)."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pathlib
@@ -122,3 +123,116 @@ def test_help_lists_every_subcommand() -> None:
                          text=True)
     for name in ("master", "worker", "up", "fs", "kv", "report", "mount", "bench"):
         assert name in out.stdout
+
+
+SECRET = "s3cret-token-0123456789"
+
+
+def _cmdlines(pid: int) -> dict[int, str]:
+    """/proc/PID/cmdline of every descendant of `pid` (what any user on the host can read)."""
+    import psutil
+    lines = {}
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            lines[child.pid] = pathlib.Path(f"/proc/{child.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except FileNotFoundError:
+            continue
+    return lines
+
+
+def test_up_passes_the_token_to_its_children_never_on_their_command_lines(tmp_path: pathlib.Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(SECRET + "\n")
+    token_file.chmod(0o600)
+    mountpoint = tmp_path / "mnt"
+    up = start("up", curvine_command("up", "--data-dir", str(tmp_path / "cv"), "--master-port", "0",
+                                     "--worker-port", "0", "--token-file", str(token_file),
+                                     "--mount", str(mountpoint)),
+               ready_prefix="mount=", timeout=90)
+    try:
+        lines = _cmdlines(up.process.pid)
+        roles = {role for line in lines.values() for role in ("master", "worker", "mount")
+                 if f"curvine_py.cli.main {role}" in line}
+        assert roles == {"master", "worker", "mount"}, lines
+        assert not [line for line in lines.values() if SECRET in line], lines
+        assert SECRET not in "\n".join(up.tail), "the token is never logged"
+        (mountpoint / "via-mount").write_bytes(b"authenticated")    # the mount got the token
+        address = (tmp_path / "cv" / "master.addr").read_text().strip()
+        with CurvineClient(address, token=SECRET) as client:
+            assert client.fs.stat("/via-mount").size == len(b"authenticated")
+        refused = cli("fs", "--master", address, "--token", "wrong", "--timeout", "2", "ls", "/")
+        assert refused.returncode == 1 and b"curvine-py fs:" in refused.stderr, refused.stderr
+        assert SECRET.encode() not in refused.stderr
+        bad = tmp_path / "bad-token"
+        bad.write_text("wrong\n")
+        refused = cli("fs", "--master", address, "--token-file", str(bad), "--timeout", "2", "ls", "/")
+        assert refused.returncode == 1, refused.stderr
+        allowed = cli("fs", "--master", address, "--token-file", str(token_file), "ls", "/")
+        assert allowed.returncode == 0 and b"via-mount" in allowed.stdout, allowed.stderr
+    finally:
+        up.process.send_signal(signal.SIGINT)
+        assert up.process.wait(30) == 0
+    assert SECRET not in "\n".join(up.tail)
+
+
+def test_up_takes_the_token_from_the_environment_and_refuses_a_bad_token_file(tmp_path: pathlib.Path) -> None:
+    up = start("up", curvine_command("up", "--data-dir", str(tmp_path / "cv"), "--master-port", "0",
+                                     "--worker-port", "0"), ready_prefix="master=", timeout=60,
+               env={"CURVINE_TOKEN": SECRET})
+    try:
+        assert not [line for line in _cmdlines(up.process.pid).values() if SECRET in line]
+        refused = cli("kv", "--master", up.address, "--timeout", "2", "exists", "k", env={"CURVINE_TOKEN": "wrong"})
+        assert refused.returncode == 1 and b"curvine-py kv:" in refused.stderr, refused.stderr
+        assert cli("kv", "--master", up.address, "exists", "k", env={"CURVINE_TOKEN": SECRET}).returncode == 1, \
+            "a miss (exit 1) with the right token..."
+        put = cli("kv", "--master", up.address, "put", "k", "-", env={"CURVINE_TOKEN": SECRET}, stdin=b"v")
+        assert put.returncode == 0, put.stderr
+        assert cli("kv", "--master", up.address, "exists", "k", env={"CURVINE_TOKEN": SECRET}).returncode == 0
+    finally:
+        up.process.send_signal(signal.SIGINT)
+        assert up.process.wait(30) == 0
+    for content, message in (("", b"is empty"), ("two words", b"whitespace")):
+        token_file = tmp_path / "token"
+        token_file.write_text(content)
+        result = cli("up", "--data-dir", str(tmp_path / "cv2"), "--token-file", str(token_file))
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+    result = cli("up", "--data-dir", str(tmp_path / "cv2"), "--token-file", str(tmp_path / "missing"))
+    assert result.returncode == 2 and b"cannot read the token file" in result.stderr, result.stderr
+    result = cli("master", "--data-dir", str(tmp_path / "m"), "--port", "0", "--token", "a",
+                 "--token-file", str(tmp_path / "missing"))
+    assert result.returncode != 0 and b"not both" in result.stderr, result.stderr
+
+
+def test_master_worker_and_mount_read_their_token_from_a_file(tmp_path: pathlib.Path) -> None:
+    from curvine_py.core.errors import CurvineError
+    token_file = tmp_path / "token"
+    token_file.write_text(SECRET)
+    token_file.chmod(0o600)
+    started = []
+    try:
+        master = start("master", curvine_command("master", "--data-dir", str(tmp_path / "m"), "--port", "0",
+                                                 "--token-file", str(token_file)), ready_prefix="master=")
+        started.append(master)
+        (tmp_path / "w").mkdir()
+        started.append(start("worker", curvine_command("worker", "--master", master.address, "--data-dir",
+                                                       str(tmp_path / "w"), "--port", "0"),
+                             ready_prefix="worker=", env={"CURVINE_TOKEN_FILE": str(token_file)}))
+        (tmp_path / "mnt").mkdir()
+        started.append(start("mount", curvine_command("mount", "--master", master.address, str(tmp_path / "mnt"),
+                                                      "--token-file", str(token_file)), ready_prefix="mounted="))
+        (tmp_path / "mnt" / "f").write_bytes(b"x" * 1000)
+        assert (tmp_path / "mnt" / "f").read_bytes() == b"x" * 1000
+        for process in started:
+            cmdline = pathlib.Path(f"/proc/{process.process.pid}/cmdline").read_bytes()
+            assert SECRET.encode() not in cmdline
+        with CurvineClient(master.address, token="wrong", rpc_timeout_s=2) as client:
+            try:
+                client.fs.stat("/f")
+            except CurvineError as exc:
+                assert exc.errno in (errno.EACCES, errno.EPERM), exc
+            else:
+                raise AssertionError("a wrong token was accepted")
+    finally:
+        for process in reversed(started):
+            assert process.stop() == 0
+    assert not [line for p in started for line in p.tail if SECRET in line], "the token is never logged"

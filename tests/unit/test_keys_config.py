@@ -84,3 +84,38 @@ def test_mount_settings_layer_defaults_toml_env_flags(tmp_path) -> None:  # type
     toml.write_text("[mount]\nattr_timout = 1\n")
     with pytest.raises(InvalidArgument, match="attr_timout"):
         parse(["/m", "--master", "h:1", "--config", str(toml)], env={})
+
+
+def test_token_file_stands_for_the_token_at_its_layer(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    secret = tmp_path / "token"
+    secret.write_text("from-file\n")
+    load = config.load
+    cfg = load(config.MasterConfig, section="master", flags={"token_file": str(secret)},
+               env={"CURVINE_TOKEN": "from-env"})
+    assert cfg.token == "from-file", "--token-file beats CURVINE_TOKEN"
+    cfg = load(config.MasterConfig, section="master", flags={"token": "from-flag"},
+               env={"CURVINE_TOKEN_FILE": str(secret)})
+    assert cfg.token == "from-flag", "--token beats CURVINE_TOKEN_FILE"
+    assert load(config.WorkerConfig, section="worker", env={"CURVINE_TOKEN_FILE": str(secret)}).token == "from-file"
+    assert load(config.MountConfig, section="mount", env={"CURVINE_TOKEN": "t"}).token == "t"
+    toml = tmp_path / "c.toml"
+    toml.write_text(f'[client]\ntoken_file = "{secret}"\n')
+    assert load(config.ClientConfig, section="client", toml_path=str(toml), env={}).token == "from-file"
+    # What each bad input gets: a clear error naming the file, never showing a token.
+    with pytest.raises(InvalidArgument, match="not both"):
+        load(config.MasterConfig, section="master", flags={"token": "x", "token_file": str(secret)}, env={})
+    for content, message in (("", "is empty"), ("  \n", "is empty"), ("a b", "whitespace"), ("top secret", "whitespace")):
+        secret.write_text(content)
+        with pytest.raises(InvalidArgument, match=message) as caught:
+            load(config.ClientConfig, section="client", flags={"token_file": str(secret)}, env={})
+        assert "secret" not in str(caught.value).replace(str(tmp_path), "")
+    with pytest.raises(InvalidArgument, match="cannot read the token file"):
+        load(config.ClientConfig, section="client", flags={"token_file": str(tmp_path / "missing")}, env={})
+
+
+def test_tokens_are_never_in_a_repr() -> None:
+    from curvine_py.fuse.options import parse
+    for cfg in (config.MasterConfig(token="hush-1"), config.WorkerConfig(token="hush-1"),
+                config.ClientConfig(token="hush-1"), config.MountConfig(token="hush-1"),
+                parse(["/m", "--master", "h:1"], env={"CURVINE_TOKEN": "hush-1"})):
+        assert cfg.token == "hush-1" and "hush-1" not in repr(cfg)
