@@ -40,6 +40,7 @@ class MasterConfig:
     session_timeout_ms: int = 30_000  # a mount silent this long is gone: its kept orphans are released
     default_replicas_durable: int = 2
     root_policy_class: str = "durable"
+    repair_rate: int = 64 * MiB     # bytes/s re-replication copies through the master; 0 = off
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "fs": ("curvine_py.cli.fs", "namespace tools: ls mkdir put get cat rm mv stat du df"),
     "kv": ("curvine_py.cli.kv", "KV objects: put get exists rm"),
     "report": ("curvine_py.cli.report", "cluster workers, capacity, usage, health"),
+    "fsck": ("curvine_py.cli.fsck", "check metadata against worker inventories; --repair fixes what it can"),
     "mount": ("curvine_py.fuse.main", "FUSE mount of the namespace"),
     "csi": ("curvine_py.csi.main", "Kubernetes CSI driver (identity, controller, node) on a unix socket"),
     "bench": ("curvine_py.bench.main", "benchmarks: kv placement meta fuse lmcache"),

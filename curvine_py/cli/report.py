@@ -34,6 +34,14 @@ def main(argv: list[str]) -> int:
             print(f"  {w.worker_id:<18} {state:<4} {w.host}:{w.port:<6} node={w.node} "
                   f"used={w.used}/{w.capacity} objects={w.objects} blocks={w.blocks} "
                   f"evictions={w.evictions} heartbeat={age:.1f}s ago")
+        r = report.replication
+        print(f"replication: {r.under_replicated} under-replicated, {r.lost} lost, {r.surplus} surplus blocks; "
+              f"repaired {r.repaired_blocks} blocks ({r.repaired_bytes} bytes), {r.repair_failures} failed copies, "
+              f"repair rate {r.repair_rate or 'off'}")
+        for path in r.lost_files:
+            print(f"  LOST (no live copy of a block): {path}")
+        if r.last_error:
+            print(f"  last repair error: {r.last_error}")
         if report.quotas:
             print(f"quotas {len(report.quotas)}")
         for q in report.quotas:

@@ -65,6 +65,7 @@ class _MasterRpcs:
         self.get_quota: Rpc[pb.PathRequest, pb.Quota] = stub.GetQuota
         self.get_membership: Rpc[pb.Empty, pb.Membership] = stub.GetMembership
         self.report: Rpc[pb.Empty, pb.ClusterReport] = stub.Report
+        self.fsck: Rpc[pb.FsckRequest, pb.FsckReply] = stub.Fsck
 
 
 class MasterClient:
@@ -204,3 +205,8 @@ class MasterClient:
 
     def report(self) -> pb.ClusterReport:
         return self._call(self._rpc.report, pb.Empty())
+
+    def fsck(self, *, rescan: bool = False, repair: bool = False, timeout_s: float | None = None) -> pb.FsckReply:
+        """The master's consistency view (cli/fsck.py); `rescan` asks every live worker for its full
+        inventory again, `repair` runs one repair round before answering."""
+        return self._call(self._rpc.fsck, pb.FsckRequest(rescan=rescan, repair=repair), timeout_s=timeout_s)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from curvine_py.core.errors import CurvineError, InvalidArgument
+from curvine_py.master.store.replication import ReplicationState
 from curvine_py.master.types import (
     AddedBlock,
     Attr,
@@ -9,12 +10,15 @@ from curvine_py.master.types import (
     ClusterReport,
     DirEntry,
     HeartbeatResult,
+    Inventory,
     MembershipView,
     Policy,
     PolicyAt,
     QuotaInfo,
     Registered,
     RenameResult,
+    RepairStats,
+    RoundResult,
     SetAttrChanges,
     StatFs,
     StorageClass,
@@ -160,3 +164,23 @@ def dir_leases_reply(kept: list[int], term_ms: int, session_timeout_ms: int) -> 
 
 def blocks_reply(attr: Attr, blocks: tuple[BlockInfo, ...], policy: Policy) -> mpb.BlocksReply:
     return mpb.BlocksReply(attr=attr_pb(attr), blocks=[block_pb(b) for b in blocks], policy=policy_pb(policy))
+
+
+def replication_pb(state: ReplicationState, stats: RepairStats) -> mpb.Replication:
+    return mpb.Replication(under_replicated=len(state.under), lost=len(state.lost), surplus=len(state.surplus),
+                           lost_files=list(state.lost_files), repaired_blocks=stats.copied_blocks,
+                           repaired_bytes=stats.copied_bytes, repair_failures=stats.failed_copies,
+                           repair_rate=stats.rate, last_error=stats.last_error)
+
+
+def inventory_pb(i: Inventory) -> mpb.WorkerInventory:
+    return mpb.WorkerInventory(worker_id=i.worker_id, reported=i.reported, missing=i.missing, orphans=i.orphans)
+
+
+def fsck_reply(problems: list[str], replication: mpb.Replication, inventories: list[Inventory],
+               pending: list[str], repaired: RoundResult) -> mpb.FsckReply:
+    return mpb.FsckReply(problems=problems, replication=replication,
+                         inventories=[inventory_pb(i) for i in inventories], pending=pending,
+                         copied=repaired.copied, failed=repaired.failed, dropped=repaired.dropped,
+                         unplaceable=repaired.unplaceable, throttled=repaired.throttled,
+                         errors=list(repaired.errors))

@@ -24,6 +24,7 @@ from curvine_py.core.errors import CurvineError
 from curvine_py.master.leases import DirLeases
 from curvine_py.master.membership import Membership
 from curvine_py.master.namespace import MIN_BLOCK_SIZE, Namespace
+from curvine_py.master.repair import BlockCopier, Repairer
 from curvine_py.master.service import MasterService, build_server
 from curvine_py.master.sessions import Sessions
 from curvine_py.master.storethread import StoreThread
@@ -81,6 +82,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="a mount not heard from this long is gone and the files it kept open after "
                         "their unlink are released (default 30000)")
     p.add_argument("--block-size", help="default file block size, e.g. 64MiB")
+    p.add_argument("--repair-rate", help="bytes/s the re-replication of under-replicated blocks may copy, "
+                                         "e.g. 64MiB (0 = off; default 64MiB)")
     p.add_argument("--config", help="TOML file; its [master] table sets defaults")
     p.add_argument("--log-level", default=os.environ.get("CURVINE_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
@@ -94,6 +97,7 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
         "dir_lease_ms": args.dir_lease_ms, "unlink_grace_ms": args.unlink_grace_ms,
         "session_timeout_ms": args.session_timeout_ms,
         "block_size": config.parse_size(args.block_size) if args.block_size else None,
+        "repair_rate": config.parse_size(args.repair_rate) if args.repair_rate else None,
     }
     cfg = config.load(config.MasterConfig, section="master", toml_path=args.config, flags=flags)
     if cfg.block_size < MIN_BLOCK_SIZE or cfg.block_size % MIN_BLOCK_SIZE:
@@ -102,6 +106,8 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
         raise CurvineError("lease and heartbeat interval must be positive")
     if cfg.dir_lease_ms < 0 or cfg.unlink_grace_ms < 0:
         raise CurvineError("the directory lease term and the unlink grace cannot be negative")
+    if cfg.repair_rate < 0:
+        raise CurvineError("the repair rate cannot be negative")
     if cfg.session_timeout_ms <= 0:
         raise CurvineError("the session timeout must be positive")
     if not 0 <= cfg.port < 65536:
@@ -155,7 +161,10 @@ def serve(cfg: config.MasterConfig) -> int:
         stack.callback(store.stop)
         # A predecessor that granted directory leases: its holders may use them for one more term.
         leases = DirLeases(cfg.dir_lease_ms / 1000, grace_s=ns.lease_marker() / 1000)
-        service = MasterService(ns, membership, store, leases, Sessions(cfg.session_timeout_ms / 1000))
+        repairer = Repairer(ns, store, membership, BlockCopier(cfg.token), rate=cfg.repair_rate)
+        stack.callback(repairer.close)
+        service = MasterService(ns, membership, store, leases, Sessions(cfg.session_timeout_ms / 1000),
+                                repairer=repairer)
         stack.callback(service.close)
         # Handlers first: a SIGTERM right after the ready line must still be a clean stop.
         stop = threading.Event()
@@ -186,11 +195,16 @@ def serve(cfg: config.MasterConfig) -> int:
 
         maintenance = threading.Thread(target=maintain, name="master-maintenance", daemon=True)
         maintenance.start()
+        repairs = threading.Thread(target=repairer.run, args=(stop,), name="master-repair", daemon=True)
+        if repairer.enabled:
+            repairs.start()
         while not stop.wait(1.0):   # a timed wait: signal handlers run between waits
             pass
         log.info("stopping")
         server.stop(STOP_GRACE_S).wait()
         maintenance.join()
+        if repairs.is_alive():
+            repairs.join()
         if failure:
             log.error("maintenance failed", exc_info=failure[0])
             return 1

@@ -23,6 +23,7 @@ from curvine_py.master.namespace import Namespace
 from curvine_py.master.types import (
     ClusterReport,
     HeartbeatResult,
+    Inventory,
     MembershipView,
     NamespaceCounts,
     Registered,
@@ -65,6 +66,10 @@ class Membership:
             if worker.live:
                 self._last_seen[worker.worker_id] = now
         self._epoch = ns.epoch()
+        # fsck: live workers asked to send their full inventory again (answered `reregister` at their
+        # next heartbeat), and what each inventory found since it was asked for.
+        self._inventory_wanted: set[str] = set()
+        self._inventories: dict[str, Inventory] = {}
         if self._last_seen:
             log.info("restored %d live workers at epoch %d; their leases restart now",
                      len(self._last_seen), self._epoch)
@@ -100,8 +105,13 @@ class Membership:
         record = dataclasses.replace(info, live=True, last_heartbeat_ms=self._wall_ms())
         reported = list(block_ids)
         with self._ns.transaction():
-            delete = self._ns.reconcile_blocks(info.worker_id, reported)
+            reconciled = self._ns.reconcile_report(info.worker_id, reported)
             self._commit_change([record])
+        delete = reconciled.delete
+        if info.worker_id in self._inventory_wanted:
+            self._inventory_wanted.discard(info.worker_id)
+            self._inventories[info.worker_id] = Inventory(info.worker_id, len(reported), reconciled.missing,
+                                                          len(delete))
         self._last_seen[info.worker_id] = self._clock()
         log.info("worker %s registered (%s:%d node %s, %d blocks reported, %d to delete), epoch %d",
                  info.worker_id, info.host, info.port, info.node, len(reported), len(delete), self._epoch)
@@ -129,7 +139,10 @@ class Membership:
             if bad:
                 log.warning("worker %s reported bad blocks %s", worker_id, bad[:20])
         deletions = self._ns.take_deletions(worker_id)
-        return HeartbeatResult(self._epoch, reregister=False, delete_block_ids=tuple(deletions))
+        # fsck asked for this worker's inventory: it sends it by registering again (after this beat's
+        # reports, which are taken above, and deletions, which it applies first).
+        again = worker_id in self._inventory_wanted and worker_id not in self._inventories
+        return HeartbeatResult(self._epoch, reregister=again, delete_block_ids=tuple(deletions))
 
     def expire(self) -> list[str]:
         """Workers silent for longer than the lease leave the live set (one epoch bump for all)."""
@@ -144,6 +157,20 @@ class Membership:
         log.warning("workers %s missed their lease of %d ms and left the view, epoch %d",
                     gone, self.lease_ms, self._epoch)
         return gone
+
+    def request_inventories(self) -> list[str]:
+        """fsck: every live worker is to send its full block inventory again (at its next heartbeat);
+        results of earlier requests are forgotten. Returns the workers asked."""
+        self.expire()
+        self._inventory_wanted = set(self._last_seen)
+        self._inventories = {}
+        return sorted(self._inventory_wanted)
+
+    def inventories(self) -> tuple[list[Inventory], list[str]]:
+        """(what the requested inventories found, live workers asked that have not sent theirs)."""
+        self.expire()
+        pending = sorted(w for w in self._inventory_wanted if w in self._last_seen)
+        return sorted(self._inventories.values(), key=lambda i: i.worker_id), pending
 
     def live_workers(self) -> list[WorkerInfo]:
         return [self._workers[w] for w in sorted(self._last_seen)]

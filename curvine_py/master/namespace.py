@@ -22,6 +22,7 @@ from curvine_py.master.store.db import MAX_ID
 from curvine_py.master.store.fsck import Checks
 from curvine_py.master.store.names import READDIR_DEFAULT_LIMIT, READDIR_MAX_LIMIT, Names
 from curvine_py.master.store.policy import MAX_BLOCK_SIZE, MAX_REPLICAS, MIN_BLOCK_SIZE
+from curvine_py.master.store.replication import Replication
 from curvine_py.master.store.reports import REPORT_GRACE_MS, BlockReports
 from curvine_py.master.store.schema import SCHEMA_VERSION
 from curvine_py.master.store.workers import WorkerRows
@@ -33,7 +34,7 @@ __all__ = ["MAX_BLOCK_SIZE", "MAX_ID", "MAX_REPLICAS", "MIN_BLOCK_SIZE", "READDI
            "XATTR_VALUE_MAX", "Namespace"]
 
 
-class Namespace(Names, Xattrs, Blocks, BlockReports, WorkerRows, Checks):
+class Namespace(Names, Xattrs, Blocks, BlockReports, Replication, WorkerRows, Checks):
     """The durable store. Open with a path to the SQLite file (created, with the root, if new)."""
 
     def reader(self) -> Namespace:

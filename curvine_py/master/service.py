@@ -21,15 +21,25 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
-from curvine_py.core.errors import CurvineError, InvalidArgument
+from curvine_py.core.errors import CurvineError, InvalidArgument, NotSupported
 from curvine_py.master import convert
 from curvine_py.master.leases import DirLeases, LeaseBusy
 from curvine_py.master.membership import Membership
 from curvine_py.master.namespace import Namespace
+from curvine_py.master.repair import Repairer
 from curvine_py.master.sessions import Sessions
 from curvine_py.master.store.quotas import quota_statfs
 from curvine_py.master.storethread import StoreThread
-from curvine_py.master.types import AddedBlock, Attr, FileBlocks, RenameResult, StatFs, UnlinkResult
+from curvine_py.master.types import (
+    AddedBlock,
+    Attr,
+    FileBlocks,
+    RenameResult,
+    RepairStats,
+    RoundResult,
+    StatFs,
+    UnlinkResult,
+)
 from curvine_py.proto.curvine.v1 import master_pb2 as mpb
 from curvine_py.proto.curvine.v1 import master_pb2_grpc
 from curvine_py.rpc.auth import TokenInterceptor, session_of
@@ -56,9 +66,10 @@ Ctx: TypeAlias = grpc.ServicerContext
 class MasterService(master_pb2_grpc.MasterServicer):
     def __init__(self, ns: Namespace, membership: Membership, store: StoreThread,
                  leases: DirLeases | None = None, sessions: Sessions | None = None, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 repairer: Repairer | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self._ns = ns
         self._clock = clock             # seconds, for the maintenance schedule (tests pass a fake one)
+        self._repairer = repairer       # None: no re-replication (--repair-rate 0)
         self._mem = membership
         self._store = store
         self._leases = leases or DirLeases(0.0)
@@ -367,7 +378,25 @@ class MasterService(master_pb2_grpc.MasterServicer):
         reply = convert.report_pb(self._store.call(self._mem.report, counts))
         reply.dir_leases = self._leases.held()
         reply.quotas.extend(convert.quota_pb(q) for q in self._read(Namespace.list_quotas))
+        reply.replication.CopyFrom(self._replication())
         return reply
+
+    def _replication(self) -> mpb.Replication:
+        live = self._store.call(self._mem.live_ids)
+        state = self._read(Namespace.replication_state, live)    # a full pass: on this thread's reader
+        return convert.replication_pb(state, self._repairer.stats() if self._repairer else RepairStats())
+
+    @grpc_method
+    def Fsck(self, request: mpb.FsckRequest, context: Ctx) -> mpb.FsckReply:
+        if request.repair and (self._repairer is None or not self._repairer.enabled):
+            raise NotSupported("re-replication is off on this master (--repair-rate 0): nothing can be repaired")
+        if request.rescan:
+            asked = self._store.call(self._mem.request_inventories)
+            log.info("fsck: asked workers %s for their full inventories", asked)
+        repaired = self._repairer.step() if request.repair and self._repairer else RoundResult()
+        problems = self._read(Namespace.check)
+        inventories, pending = self._store.call(self._mem.inventories)
+        return convert.fsck_reply(problems, self._replication(), inventories, pending, repaired)
 
     # ------------------------------------------------------------------ background
 

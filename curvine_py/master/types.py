@@ -195,6 +195,16 @@ class HeartbeatResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Inventory:
+    """What one worker's full block report (asked for by fsck) found against the metadata."""
+
+    worker_id: str
+    reported: int        # blocks it holds
+    missing: int         # recorded copies it does not have (dropped from the metadata)
+    orphans: int         # blocks it holds that nothing references (deleted on it)
+
+
+@dataclass(frozen=True, slots=True)
 class MembershipView:
     epoch: int
     workers: tuple[WorkerInfo, ...]
@@ -247,3 +257,27 @@ class Evicted:
 
     locations_removed: int = 0
     unlinked_inos: tuple[int, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class RepairStats:
+    """What re-replication did since the master started (master/repair.py)."""
+
+    rate: int = 0                # bytes/s, 0 = off
+    copied_blocks: int = 0
+    copied_bytes: int = 0
+    failed_copies: int = 0
+    dropped_surplus: int = 0
+    last_error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    """One repair round."""
+
+    copied: int = 0
+    failed: int = 0
+    dropped: int = 0
+    throttled: bool = False      # stopped early: the byte allowance ran out
+    unplaceable: int = 0         # under-replicated blocks with no live worker left to take a copy
+    errors: tuple[str, ...] = field(default=())

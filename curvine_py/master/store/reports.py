@@ -4,6 +4,7 @@ table, deletions handed out to workers, locations dropped by eviction or corrupt
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from curvine_py.master.store.db import MAX_ID, _chunks
 from curvine_py.master.store.policy import Policies
@@ -16,6 +17,12 @@ from curvine_py.master.types import (
 REPORT_GRACE_MS = 60_000         # a block report may predate a commit by this much (see reconcile)
 
 
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    delete: tuple[int, ...]      # blocks the worker holds that nothing references (orphans)
+    missing: int                 # recorded copies the worker did not report (dropped)
+
 class BlockReports(Policies, Quotas):
     """What workers tell the master about the blocks they hold."""
 
@@ -25,6 +32,10 @@ class BlockReports(Policies, Quotas):
         REPORT_GRACE_MS: the report may predate them), and the ids to delete on it are returned:
         the unknown ones. Its pending deletions are cleared: a freed block it still has is unknown
         now, so it is in the answer anyway."""
+        return list(self.reconcile_report(worker_id, block_ids).delete)
+
+    def reconcile_report(self, worker_id: str, block_ids: Iterable[int]) -> Reconciled:
+        """reconcile_blocks, also saying how many recorded copies the worker turned out not to have."""
         reported = sorted({b for b in block_ids})
         with self.transaction():
             self._db.execute("CREATE TEMP TABLE IF NOT EXISTS reported (block_id INTEGER PRIMARY KEY)")
@@ -38,10 +49,10 @@ class BlockReports(Policies, Quotas):
                 "(SELECT 1 FROM open_blocks o WHERE o.block_id = r.block_id)")]
             # A location the worker does not report is gone, unless the block was committed so
             # recently that the report may have been taken before the block was stored.
-            self._db.execute("DELETE FROM locations WHERE worker_id=? AND block_id NOT IN "
-                             "(SELECT block_id FROM temp.reported) AND block_id NOT IN "
-                             "(SELECT block_id FROM blocks WHERE committed_ms > ?)",
-                             (worker_id, self._now() // 1_000_000 - REPORT_GRACE_MS))
+            missing = self._db.execute("DELETE FROM locations WHERE worker_id=? AND block_id NOT IN "
+                                       "(SELECT block_id FROM temp.reported) AND block_id NOT IN "
+                                       "(SELECT block_id FROM blocks WHERE committed_ms > ?)",
+                                       (worker_id, self._now() // 1_000_000 - REPORT_GRACE_MS)).rowcount
             self._db.execute("INSERT OR IGNORE INTO locations (block_id, worker_id) "
                              "SELECT r.block_id, ? FROM temp.reported r JOIN blocks b ON b.block_id = r.block_id",
                              (worker_id,))
@@ -49,7 +60,7 @@ class BlockReports(Policies, Quotas):
             # deletions are blocks it does not have any more: nothing to do for those.
             self._db.execute("DELETE FROM deletions WHERE worker_id=?", (worker_id,))
             self._db.execute("DELETE FROM temp.reported")
-            return sorted(set(unknown))
+            return Reconciled(tuple(sorted(set(unknown))), int(missing))
 
     def take_deletions(self, worker_id: str, limit: int = 100_000) -> list[int]:
         """Pending deletions for a worker, removed as they are handed out (a lost reply only leaks

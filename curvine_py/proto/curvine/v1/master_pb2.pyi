@@ -442,7 +442,7 @@ class Membership(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class ClusterReport(_message.Message):
-    __slots__ = ("cluster_id", "epoch", "workers", "capacity", "used", "available", "files", "directories", "blocks", "dir_leases", "quotas")
+    __slots__ = ("cluster_id", "epoch", "workers", "capacity", "used", "available", "files", "directories", "blocks", "dir_leases", "quotas", "replication")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -454,6 +454,7 @@ class ClusterReport(_message.Message):
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     DIR_LEASES_FIELD_NUMBER: _ClassVar[int]
     QUOTAS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     epoch: int
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
@@ -465,7 +466,74 @@ class ClusterReport(_message.Message):
     blocks: int
     dir_leases: int
     quotas: _containers.RepeatedCompositeFieldContainer[Quota]
-    def __init__(self, cluster_id: _Optional[str] = ..., epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., files: _Optional[int] = ..., directories: _Optional[int] = ..., blocks: _Optional[int] = ..., dir_leases: _Optional[int] = ..., quotas: _Optional[_Iterable[_Union[Quota, _Mapping]]] = ...) -> None: ...
+    replication: Replication
+    def __init__(self, cluster_id: _Optional[str] = ..., epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., files: _Optional[int] = ..., directories: _Optional[int] = ..., blocks: _Optional[int] = ..., dir_leases: _Optional[int] = ..., quotas: _Optional[_Iterable[_Union[Quota, _Mapping]]] = ..., replication: _Optional[_Union[Replication, _Mapping]] = ...) -> None: ...
+
+class Replication(_message.Message):
+    __slots__ = ("under_replicated", "lost", "surplus", "lost_files", "repaired_blocks", "repaired_bytes", "repair_failures", "repair_rate", "last_error")
+    UNDER_REPLICATED_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    SURPLUS_FIELD_NUMBER: _ClassVar[int]
+    LOST_FILES_FIELD_NUMBER: _ClassVar[int]
+    REPAIRED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    REPAIRED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_RATE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    under_replicated: int
+    lost: int
+    surplus: int
+    lost_files: _containers.RepeatedScalarFieldContainer[str]
+    repaired_blocks: int
+    repaired_bytes: int
+    repair_failures: int
+    repair_rate: int
+    last_error: str
+    def __init__(self, under_replicated: _Optional[int] = ..., lost: _Optional[int] = ..., surplus: _Optional[int] = ..., lost_files: _Optional[_Iterable[str]] = ..., repaired_blocks: _Optional[int] = ..., repaired_bytes: _Optional[int] = ..., repair_failures: _Optional[int] = ..., repair_rate: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
+
+class FsckRequest(_message.Message):
+    __slots__ = ("rescan", "repair")
+    RESCAN_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_FIELD_NUMBER: _ClassVar[int]
+    rescan: bool
+    repair: bool
+    def __init__(self, rescan: _Optional[bool] = ..., repair: _Optional[bool] = ...) -> None: ...
+
+class WorkerInventory(_message.Message):
+    __slots__ = ("worker_id", "reported", "missing", "orphans")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    REPORTED_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    ORPHANS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    reported: int
+    missing: int
+    orphans: int
+    def __init__(self, worker_id: _Optional[str] = ..., reported: _Optional[int] = ..., missing: _Optional[int] = ..., orphans: _Optional[int] = ...) -> None: ...
+
+class FsckReply(_message.Message):
+    __slots__ = ("problems", "replication", "inventories", "pending", "copied", "failed", "dropped", "unplaceable", "throttled", "errors")
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FIELD_NUMBER: _ClassVar[int]
+    INVENTORIES_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    COPIED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    UNPLACEABLE_FIELD_NUMBER: _ClassVar[int]
+    THROTTLED_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    problems: _containers.RepeatedScalarFieldContainer[str]
+    replication: Replication
+    inventories: _containers.RepeatedCompositeFieldContainer[WorkerInventory]
+    pending: _containers.RepeatedScalarFieldContainer[str]
+    copied: int
+    failed: int
+    dropped: int
+    unplaceable: int
+    throttled: bool
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, problems: _Optional[_Iterable[str]] = ..., replication: _Optional[_Union[Replication, _Mapping]] = ..., inventories: _Optional[_Iterable[_Union[WorkerInventory, _Mapping]]] = ..., pending: _Optional[_Iterable[str]] = ..., copied: _Optional[int] = ..., failed: _Optional[int] = ..., dropped: _Optional[int] = ..., unplaceable: _Optional[int] = ..., throttled: _Optional[bool] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DirLeaseReply(_message.Message):
     __slots__ = ("granted", "term_ms", "names")

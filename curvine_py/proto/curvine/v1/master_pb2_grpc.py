@@ -189,6 +189,11 @@ class MasterStub:
                 request_serializer=curvine_dot_v1_dot_master__pb2.Empty.SerializeToString,
                 response_deserializer=curvine_dot_v1_dot_master__pb2.ClusterReport.FromString,
                 _registered_method=True)
+        self.Fsck = channel.unary_unary(
+                '/curvine.v1.Master/Fsck',
+                request_serializer=curvine_dot_v1_dot_master__pb2.FsckRequest.SerializeToString,
+                response_deserializer=curvine_dot_v1_dot_master__pb2.FsckReply.FromString,
+                _registered_method=True)
 
 
 class MasterServicer:
@@ -388,6 +393,12 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Fsck(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -545,6 +556,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.Report,
                     request_deserializer=curvine_dot_v1_dot_master__pb2.Empty.FromString,
                     response_serializer=curvine_dot_v1_dot_master__pb2.ClusterReport.SerializeToString,
+            ),
+            'Fsck': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fsck,
+                    request_deserializer=curvine_dot_v1_dot_master__pb2.FsckRequest.FromString,
+                    response_serializer=curvine_dot_v1_dot_master__pb2.FsckReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1384,6 +1400,33 @@ class Master:
             '/curvine.v1.Master/Report',
             curvine_dot_v1_dot_master__pb2.Empty.SerializeToString,
             curvine_dot_v1_dot_master__pb2.ClusterReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fsck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/curvine.v1.Master/Fsck',
+            curvine_dot_v1_dot_master__pb2.FsckRequest.SerializeToString,
+            curvine_dot_v1_dot_master__pb2.FsckReply.FromString,
             options,
             channel_credentials,
             insecure,

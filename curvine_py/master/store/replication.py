@@ -1,0 +1,97 @@
+"""Replica accounting for re-replication and repair: which committed blocks have fewer live copies
+than their directory's policy wants (under-replicated), none at all (lost), or more (surplus), and
+the two changes a repair makes: a new copy recorded, a surplus copy given up.
+
+Only blocks of files that still have a name count (a nameless file in its unlink grace is going
+away). The scan is a full pass over the block table: the repairer runs it every few seconds, which
+is fine up to a few million blocks; past that, an index of blocks by live-copy count is the step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from curvine_py.master import placement
+from curvine_py.master.store.policy import Policies
+from curvine_py.master.types import StorageClass
+
+LOST_FILES_SHOWN = 100      # paths of files with a lost block listed in a report
+
+
+@dataclass(frozen=True, slots=True)
+class BlockCopies:
+    """One committed block and its copies on live workers."""
+
+    block_id: int
+    ino: int
+    index: int
+    length: int
+    block_size: int
+    holders: tuple[str, ...]      # live workers with a copy
+    wanted: int                   # the policy's replica count, bounded by the live workers
+    storage_class: StorageClass
+    ttl_ms: int
+    placement: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationState:
+    under: tuple[BlockCopies, ...]       # 0 < copies < wanted, fewest copies first
+    lost: tuple[BlockCopies, ...]        # no live copy
+    surplus: tuple[BlockCopies, ...]     # copies > wanted
+    lost_files: tuple[str, ...]          # paths of files with a lost block (at most LOST_FILES_SHOWN)
+
+
+class Replication(Policies):
+    """Replica counts over the block table."""
+
+    def replication_state(self, live: set[str]) -> ReplicationState:
+        under: list[BlockCopies] = []
+        lost: list[BlockCopies] = []
+        surplus: list[BlockCopies] = []
+        policies: dict[int, tuple[StorageClass, int, int, str]] = {}
+        rows = self._db.execute(
+            "SELECT b.block_id, b.ino, b.idx, b.length, i.block_size, i.type, i.parent, "
+            "group_concat(l.worker_id) FROM blocks b JOIN inodes i ON i.ino = b.ino AND i.orphan = 0 "
+            "LEFT JOIN locations l ON l.block_id = b.block_id GROUP BY b.block_id").fetchall()
+        for block_id, ino, index, length, block_size, _kind, parent, workers in rows:
+            directory = int(parent)
+            if directory not in policies:
+                policy = self._effective(directory)[0]
+                policies[directory] = (policy.storage_class, policy.replicas, policy.ttl_ms, policy.placement)
+            storage_class, replicas, ttl_ms, where = policies[directory]
+            holders = tuple(sorted(w for w in str(workers or "").split(",") if w in live))
+            wanted = placement.replica_count(storage_class, replicas, len(live), self.durable_replicas)
+            copies = BlockCopies(int(block_id), int(ino), int(index), int(length),
+                                 int(block_size) or self.block_size, holders, wanted, storage_class,
+                                 int(ttl_ms), where)
+            if not holders:
+                lost.append(copies)
+            elif len(holders) < wanted:
+                under.append(copies)
+            elif len(holders) > wanted:
+                surplus.append(copies)
+        under.sort(key=lambda c: (len(c.holders) - c.wanted, len(c.holders), c.block_id))
+        lost_inos = sorted({c.ino for c in lost})[:LOST_FILES_SHOWN]
+        lost_files = tuple(self._path_of(ino) or f"<inode {ino}>" for ino in lost_inos)
+        return ReplicationState(tuple(under), tuple(lost), tuple(surplus), lost_files)
+
+    def add_replica(self, block_id: int, worker_id: str) -> bool:
+        """A repair stored a copy of `block_id` on `worker_id`: record it. False when the block was
+        freed meanwhile (the new copy is then a pending deletion on that worker)."""
+        with self.transaction():
+            if self._db.execute("SELECT 1 FROM blocks WHERE block_id=?", (block_id,)).fetchone() is None:
+                self._db.execute("INSERT OR IGNORE INTO deletions (worker_id, block_id) VALUES (?, ?)",
+                                 (worker_id, block_id))
+                return False
+            self._db.execute("INSERT OR IGNORE INTO locations (block_id, worker_id) VALUES (?, ?)",
+                             (block_id, worker_id))
+            return True
+
+    def drop_replica(self, block_id: int, worker_id: str) -> None:
+        """Gives up a surplus copy: no longer a location, deleted on the worker at its next heartbeat."""
+        with self.transaction():
+            removed = self._db.execute("DELETE FROM locations WHERE block_id=? AND worker_id=?",
+                                       (block_id, worker_id)).rowcount
+            if removed:
+                self._db.execute("INSERT OR IGNORE INTO deletions (worker_id, block_id) VALUES (?, ?)",
+                                 (worker_id, block_id))
