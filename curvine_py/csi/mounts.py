@@ -54,6 +54,12 @@ class MountProcesses:
     def log_file(self, volume_id: str) -> str:
         return os.path.join(self.log_dir, f"{volume_id}.log")
 
+    def remove_log(self, volume_id: str) -> None:
+        try:
+            os.unlink(self.log_file(volume_id))
+        except FileNotFoundError:
+            pass
+
     def start(self, volume_id: str, volume_path: str, staging: str, *, read_only: bool,
               options: Sequence[str]) -> tuple[int, int]:
         """Starts the mount and returns (pid, start time) once it serves `staging`."""

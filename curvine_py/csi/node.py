@@ -111,6 +111,7 @@ class Node(csi_pb2_grpc.NodeServicer):
                                    f"{[t.path for t in staged.targets]}: unpublish first")
             self.mounts.stop(staged.pid, staged.pid_start, staging)
             self.state.remove(volume_id)
+            self.mounts.remove_log(volume_id)       # a clean unstage leaves nothing on the node
         log.info("unstaged volume %s from %s", volume_id, staging)
         return csi.NodeUnstageVolumeResponse()
 

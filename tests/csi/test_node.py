@@ -63,6 +63,8 @@ def test_full_lifecycle_shares_data_with_the_cluster(plugin: Plugin, cluster: Cl
     volume_id = new_volume(plugin, "pvc-life")
     for _ in range(2):                                   # every call twice: idempotent
         stage(plugin, volume_id, staging)
+    assert (plugin.state_dir / "volumes" / f"{volume_id}.json").exists()
+    assert "mounted=" in (plugin.state_dir / "logs" / f"{volume_id}.log").read_text()
     assert is_mounted(str(staging)) and len(mount_pids(staging)) == 1
     for _ in range(2):
         publish(plugin, volume_id, staging, target)
@@ -80,6 +82,8 @@ def test_full_lifecycle_shares_data_with_the_cluster(plugin: Plugin, cluster: Cl
     for _ in range(2):
         unstage(plugin, volume_id, staging)
     assert not is_mounted(str(staging)) and mount_pids(staging) == []
+    assert not any(name.startswith(volume_id) for d in ("volumes", "logs")
+                   for name in os.listdir(plugin.state_dir / d))    # no state, no log left on the node
     assert client.fs.exists("/volumes/pvc-life/written-by-pod")     # unstaging loses nothing
 
 
