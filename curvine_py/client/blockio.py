@@ -4,12 +4,11 @@ read-ahead and write-behind threads).
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from curvine_py.client.buffers import aligned
+from curvine_py.client.buffers import aligned, zero
 from curvine_py.client.master import MasterClient
 from curvine_py.client.membership import MembershipCache
 from curvine_py.client.workerio import WorkerIO
@@ -54,7 +53,7 @@ class BlockStore:
             return aligned(size)
         buffer, used = found
         if used:
-            ctypes.memset(ctypes.addressof(ctypes.c_char.from_buffer(buffer)), 0, used)
+            zero(buffer[:used])
         return buffer
 
     def recycle(self, buffer: memoryview, used: int) -> None:
@@ -141,7 +140,7 @@ class BlockStore:
         block's end (or of a missing block: a hole) read as zeros."""
         stored = min(len(target), max(0, (block.length if block else 0) - inner))
         if stored < len(target):
-            target[stored:] = bytes(len(target) - stored)  # hole or beyond the block's end
+            zero(target[stored:])  # hole or beyond the block's end
         if stored == 0 or block is None:
             return
         wanted = verifiable_range(block.length, block.checksum != 0, inner, stored)

@@ -23,6 +23,13 @@ def aligned(size: int) -> memoryview:
     return memoryview(mmap.mmap(-1, size))
 
 
+def zero(view: memoryview) -> None:
+    """Fills a writable byte view with zeros in place (holes, bytes past a block's end, recycled
+    buffers): a memset, no temporary of the view's size."""
+    if len(view):
+        ctypes.memset(ctypes.addressof(ctypes.c_char.from_buffer(view)), 0, len(view))
+
+
 def writable_view(buffer: Any) -> memoryview:
     """A flat, writable byte view of any writable buffer: bytearray, mmap, memoryview, array,
     numpy arrays, and CPU torch tensors (which do not export the buffer protocol). Raises

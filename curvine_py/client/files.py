@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 
 from curvine_py.client.blockio import BlockStore
+from curvine_py.client.buffers import zero
 from curvine_py.client.readahead import ReadAhead
 from curvine_py.client.writeback import WriteBack
 from curvine_py.core import layout
@@ -238,8 +239,7 @@ class CurvineFile(io.RawIOBase):
                 start = extent.block_offset - extent.block_offset % layout.CHUNK_SIZE
                 available = max(0, min(extent.block_offset + extent.length, block.length) - extent.block_offset)
                 target[:available] = data[extent.block_offset - start:extent.block_offset - start + available]
-                if available < len(target):
-                    target[available:] = bytes(len(target) - available)
+                zero(target[available:])
             self._plan_ahead(offset, length)
             return length
         finally:
@@ -263,8 +263,7 @@ class CurvineFile(io.RawIOBase):
                 data = self._fetched(extent.index, extent.block_offset, extent.length)
                 block = self._blocks[extent.index]
                 stored = min(len(target), max(0, block.length - extent.block_offset))
-                if stored < len(target):
-                    target[stored:] = bytes(len(target) - stored)
+                zero(target[stored:])
                 if data is not None:
                     start = extent.block_offset - extent.block_offset % layout.CHUNK_SIZE
                     target[:stored] = data[extent.block_offset - start:extent.block_offset - start + stored]

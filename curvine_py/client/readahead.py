@@ -8,7 +8,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from curvine_py.client.blockio import BlockStore
-from curvine_py.client.buffers import aligned
+from curvine_py.client.buffers import aligned, zero
 from curvine_py.core import layout
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
@@ -101,8 +101,7 @@ class ReadAhead:
             if self.chunks.get(key) is not future:
                 return False
             target[:available] = data[inner - start:inner - start + available]
-        if available < len(target):
-            target[available:] = bytes(len(target) - available)
+        zero(target[available:])
         return True
 
     def ready(self, block: pb.BlockInfo | None, inner: int, length: int) -> memoryview | None:

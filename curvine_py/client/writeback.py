@@ -12,6 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from curvine_py.client.blockio import BlockStore
+from curvine_py.client.buffers import zero
 from curvine_py.core.errors import CurvineError
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
@@ -83,8 +84,7 @@ class WriteBack:
             return False
         stored = min(len(target), max(0, block.length - inner))
         target[:stored] = clean.buffer[inner:inner + stored]
-        if stored < len(target):
-            target[stored:] = bytes(len(target) - stored)
+        zero(target[stored:])
         return True
 
     def write_full_blocks(self) -> None:
@@ -137,8 +137,7 @@ class WriteBack:
             if clean is not None and block is not None and clean.block_id == block.block_id:
                 # copy-on-write from memory: the kept buffer becomes the dirty one
                 length = max(0, min(block.length, size - index * self.block_size))
-                if clean.length > length:
-                    clean.buffer[length:clean.length] = bytes(clean.length - length)
+                zero(clean.buffer[length:clean.length])
                 dirty = self.dirty[index] = DirtyBlock(clean.buffer, length)
                 return dirty
             buffer = self._store.block_buffer(self.block_size)
@@ -166,8 +165,7 @@ class WriteBack:
         if block.length > MAX_CLEAN_BYTES:
             self._store.recycle(dirty.buffer, dirty.length)
             return
-        if dirty.length > block.length:      # bytes past the committed end must read as zeros
-            dirty.buffer[block.length:dirty.length] = bytes(dirty.length - block.length)
+        zero(dirty.buffer[block.length:dirty.length])   # bytes past the committed end read as zeros
         self.drop_clean(index)
         self.clean[index] = CleanBlock(block.block_id, dirty.buffer, block.length)
         while sum(c.length for c in self.clean.values()) > MAX_CLEAN_BYTES:
