@@ -82,6 +82,10 @@ class ClientConfig:
     node: str = ""
     rpc_timeout_s: float = 5.0
     data_timeout_s: float = 10.0
+    # A KV get or exists gives up on one worker after this long, connect included, then tries the
+    # next owner or misses (a partitioned worker must not hold a model's request for the bulk
+    # data timeout).
+    kv_deadline_s: float = 2.0
     membership_refresh_s: float = 2.0
     kv_replicas: int = 1
     max_payload: int = 256 * MiB

@@ -17,6 +17,7 @@ from curvine_py.client.fs import FileSystem
 from curvine_py.client.kv import KVClient
 from curvine_py.client.master import MasterClient
 from curvine_py.client.membership import MembershipCache
+from curvine_py.client.suspects import Suspects
 from curvine_py.client.types import FileStatus
 from curvine_py.client.workerio import WorkerIO
 from curvine_py.config import ClientConfig
@@ -36,9 +37,12 @@ class CurvineClient:
         self.master = MasterClient(base.master, token=base.token, timeout_s=base.rpc_timeout_s)
         self.membership = MembershipCache(self.master.membership, base.membership_refresh_s)
         self.io = WorkerIO(base, self.node)
-        self.blocks = BlockStore(self.master, self.membership, self.io)
+        # Workers that just failed a request are tried last, by files and KV alike.
+        self.suspects = Suspects()
+        self.blocks = BlockStore(self.master, self.membership, self.io, self.suspects)
         self.fs = FileSystem(self.master, self.blocks, self.node)
-        self.kv = KVClient(self.membership, self.io, replicas=base.kv_replicas)
+        self.kv = KVClient(self.membership, self.io, replicas=base.kv_replicas, deadline_s=base.kv_deadline_s,
+                           suspects=self.suspects)
 
     def close(self) -> None:
         self.blocks.close()

@@ -1,9 +1,16 @@
 """Block I/O for files: whole blocks read and written on workers with failover and fan-out, the
 verifiable ranges they are read in, and the pools shared by every open file (block buffers,
 read-ahead and write-behind threads).
+
+Replicas: a read tries the block's workers in turn (the ones that failed recently last) until one
+returns verified bytes. A write goes to every granted worker at once and succeeds when at least
+one stored it; the block is then recorded with the workers that acknowledged it, and the master's
+re-replication restores the replica count. Only a write no worker took fails (and fails its file
+handle, see writeback.py).
 """
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -11,12 +18,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from curvine_py.client.buffers import aligned, zero
 from curvine_py.client.master import MasterClient
 from curvine_py.client.membership import MembershipCache
+from curvine_py.client.suspects import Suspects
 from curvine_py.client.workerio import WorkerIO
 from curvine_py.core import frames, layout
-from curvine_py.core.errors import Corrupt, CurvineError, Timeout, Unavailable
+from curvine_py.core.errors import Corrupt, CurvineError, NoSpace, Timeout, Unavailable
 from curvine_py.core.rules import verifiable_range
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
+
+log = logging.getLogger(__name__)
 
 READ_AHEAD_THREADS = 4       # background fetches in flight, all files together
 SPARE_BLOCK_BUFFERS = 2      # per block size, all files together (a sequential writer needs two)
@@ -25,9 +35,11 @@ SPARE_BLOCK_BUFFERS = 2      # per block size, all files together (a sequential 
 class BlockStore:
     """Reads and writes whole blocks on workers for files (shared by every open file)."""
 
-    def __init__(self, master: MasterClient, membership: MembershipCache, io_: WorkerIO) -> None:
+    def __init__(self, master: MasterClient, membership: MembershipCache, io_: WorkerIO,
+                 suspects: Suspects | None = None) -> None:
         self.master = master
         self.membership = membership
+        self.suspects = suspects or Suspects()
         self.io = io_
         self._fanout = ThreadPoolExecutor(max_workers=4, thread_name_prefix="block-fanout")
         self._ahead: ThreadPoolExecutor | None = None
@@ -87,12 +99,18 @@ class BlockStore:
         view = self.membership.view()
         request = DataHeader(block_id=block.block_id, offset=offset, length=length)
         errors: list[CurvineError] = []
-        candidates = [w for w in block.worker_ids if w in view.workers]
+        if not any(w in view.workers for w in block.worker_ids):
+            view = self.membership.refresh()    # a worker that came back since the view was taken
+        candidates = self.suspects.order([w for w in block.worker_ids if w in view.workers], str)
         for worker_id in candidates:
             try:
                 _reply, data = self.io.read(view.workers[worker_id], frames.Op.READ_BLOCK, request, out,
                                             whole=False)
             except (Unavailable, Timeout, Corrupt) as exc:
+                if not isinstance(exc, Corrupt):
+                    self.suspects.mark(worker_id)
+                log.info("block %x: worker %s failed (%s), trying the next replica", block.block_id,
+                         worker_id, exc)
                 errors.append(exc)
                 continue
             if data is None or len(data) < (length if minimum is None else minimum):
@@ -105,7 +123,8 @@ class BlockStore:
 
     def write(self, ino: int, index: int, data: memoryview, node: str) -> pb.BlockInfo:
         """Allocates a block and writes it to all its workers in parallel (client fan-out, as
-        Curvine); succeeds when every replica acknowledged."""
+        Curvine); succeeds when at least one acknowledged (see the module docstring), with the
+        block's workers being the ones that did."""
         grant = self.master.add_block(ino, index, node)
         digest = layout.object_checksum(data)
         view = self.membership.view()
@@ -115,17 +134,27 @@ class BlockStore:
         header = DataHeader(block_id=grant.block_id, length=len(data), checksum=digest,
                             storage_class=grant.storage_class, ttl_ms=grant.ttl_ms)
 
-        def send(worker_id: str) -> str:
+        def send(worker_id: str) -> CurvineError | None:
             worker = view.workers.get(worker_id)
-            if worker is None:
-                raise Unavailable(f"worker {worker_id} chosen for block {grant.block_id:x} is not live")
-            self.io.call(worker, frames.Op.WRITE_BLOCK, header, data)
-            return worker_id
+            try:
+                if worker is None:
+                    raise Unavailable(f"worker {worker_id} chosen for block {grant.block_id:x} is not live")
+                self.io.call(worker, frames.Op.WRITE_BLOCK, header, data)
+            except (Unavailable, Timeout, NoSpace) as exc:   # this replica is lost, not the write
+                return exc
+            return None
 
-        if len(grant.worker_ids) == 1:
-            written = [send(grant.worker_ids[0])]
-        else:
-            written = list(self._fanout.map(send, grant.worker_ids))
+        ids = list(grant.worker_ids)
+        outcomes = [send(ids[0])] if len(ids) == 1 else list(self._fanout.map(send, ids))
+        written = [w for w, error in zip(ids, outcomes, strict=True) if error is None]
+        failed = [(w, error) for w, error in zip(ids, outcomes, strict=True) if error is not None]
+        if not written:
+            raise failed[-1][1]
+        for worker_id, error in failed:
+            if not isinstance(error, NoSpace):
+                self.suspects.mark(worker_id)
+            log.warning("block %x of inode %d: stored on %s, not on %s (%s); the master restores "
+                        "its replicas", grant.block_id, ino, ",".join(written), worker_id, error)
         return pb.BlockInfo(index=index, block_id=grant.block_id, length=len(data), checksum=digest,
                             worker_ids=written)
 

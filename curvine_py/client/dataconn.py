@@ -2,7 +2,13 @@
 
 Resource handling: a connection that saw a transport error, a timeout or a protocol error is
 closed, never returned to the pool (its stream position is unknown). An error *reply* (errno set)
-leaves the stream in sync, so that connection is reused.
+leaves the stream in sync, so that connection is reused (also when it says the worker is
+overloaded: a new connection would cost the worker one more file descriptor).
+
+Deadlines: a request may carry an absolute deadline (time.monotonic()). Connecting, the HELLO, the
+send and every wait for the worker then last at most what remains of it (a worker that keeps
+sending is not cut off mid-payload, one that stalls longer than the remaining time is); without
+one, the connection's bulk data timeout bounds each wait.
 """
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import itertools
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -18,6 +25,7 @@ from curvine_py.client import digests
 from curvine_py.client.buffers import aligned
 from curvine_py.core import frames, layout
 from curvine_py.core.errors import (
+    Busy,
     CurvineError,
     InvalidArgument,
     LocalProtocolError,
@@ -42,21 +50,41 @@ class Reply:
     digests: list[int] | None = None   # chunk digests of payload, when asked for (computed while receiving)
 
 
+def remaining(deadline: float | None, what: str) -> float | None:
+    """Seconds left before `deadline` (None: no deadline); Timeout once it has passed."""
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise Timeout(f"{what}: deadline passed")
+    return left
+
+
 class WorkerConnection:
-    def __init__(self, host: str, port: int, *, token: str, timeout_s: float, max_payload: int) -> None:
+    def __init__(self, host: str, port: int, *, token: str, timeout_s: float, max_payload: int,
+                 deadline: float | None = None) -> None:
         self.address = (host, port)
         self._max_payload = max_payload
+        self._timeout_s = timeout_s
         self._ids = itertools.count(1)
+        what = f"connect to worker {host}:{port}"
         try:
-            self._sock = socket.create_connection(self.address, timeout=timeout_s)
+            left = remaining(deadline, what)
+            self._sock = socket.create_connection(self.address, timeout=timeout_s if left is None
+                                                  else min(left, timeout_s))
         except TimeoutError:
-            raise Timeout(f"connect to worker {host}:{port} timed out") from None
+            raise Timeout(f"{what} timed out") from None
         except OSError as exc:
-            raise Unavailable(f"cannot connect to worker {host}:{port}: {exc.strerror or exc}") from None
+            # The errno says what happened (ECONNREFUSED: nothing listens there, EHOSTUNREACH...).
+            raise Unavailable(f"cannot {what}: {exc.strerror or exc}", errno=exc.errno or None) from None
         blocking.set_fast_options(self._sock)
         # A worker on this host: Reno, as the worker sets on its side (no BBR pacing of puts).
         blocking.set_local_options(self._sock)
-        hello = self.request(frames.Op.HELLO, DataHeader(token=token))
+        try:
+            hello = self.request(frames.Op.HELLO, DataHeader(token=token), deadline=deadline)
+        except CurvineError:
+            self.close()
+            raise
         self.worker_id = hello.header.worker_id
         self.epoch = hello.header.epoch
 
@@ -66,32 +94,48 @@ class WorkerConnection:
 
     def request(self, op: frames.Op, header: DataHeader,
                 payload: bytes | bytearray | memoryview | None = None,
-                out: memoryview | None = None, *, digest: bool = False) -> Reply:
+                out: memoryview | None = None, *, digest: bool = False, deadline: float | None = None) -> Reply:
         """Sends one request and reads its reply. A reply payload lands in `out` when given
         (InvalidArgument if too small, after draining it) or in a new page-aligned buffer. With
         `digest`, the payload's chunk digests are computed as it arrives (digests.py) and returned
-        in `Reply.digests`."""
+        in `Reply.digests`. `deadline`: see the module docstring. An error reply raises its
+        CurvineError; one saying the worker lacks resources raises Busy."""
         request_id = next(self._ids) & frames.MAX_REQUEST_ID
+        where = f"worker {self.address[0]}:{self.address[1]}"
         try:
+            self._wait_at_most(deadline, op)
             self._send(op, request_id, header, payload)
+            self._wait_at_most(deadline, op)
             prefix, reply = blocking.read_head(self._sock, max_payload=self._max_payload,
                                                expect_response=True)
             if prefix.op != op or prefix.request_id != request_id:
                 raise ProtocolError(f"reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
+            self._wait_at_most(deadline, op)
             data, chunk_digests = self._receive_payload(prefix.payload_length, out, digest)
         except TimeoutError:
             self.close()
-            raise Timeout(f"worker {self.address[0]}:{self.address[1]} did not answer {op.name} in time") \
-                from None
+            raise Timeout(f"{where} did not answer {op.name} in time") from None
         except OSError as exc:
             self.close()
-            raise Unavailable(f"worker {self.address[0]}:{self.address[1]}: {exc.strerror or exc}") from None
-        except (Unavailable, ProtocolError):
+            raise Unavailable(f"{where}: {exc.strerror or exc}", errno=exc.errno or None) from None
+        except (Unavailable, ProtocolError, Timeout):
             self.close()
             raise
+        finally:
+            if deadline is not None and self._sock.fileno() >= 0:
+                self._sock.settimeout(self._timeout_s)
         if reply.errno:
-            raise from_errno(reply.errno, reply.message)
+            error = from_errno(reply.errno, reply.message)
+            if isinstance(error, Busy):
+                raise Busy(f"{where} is busy: {reply.message}", errno=reply.errno)
+            raise error
         return Reply(reply, data, chunk_digests)
+
+    def _wait_at_most(self, deadline: float | None, op: frames.Op) -> None:
+        """Bounds the next blocking step by what remains of the deadline (a no-op without one)."""
+        left = remaining(deadline, f"{op.name} to worker {self.address[0]}:{self.address[1]}")
+        if left is not None:
+            self._sock.settimeout(min(left, self._timeout_s))
 
     def _send(self, op: frames.Op, request_id: int, header: DataHeader,
               payload: bytes | bytearray | memoryview | None) -> None:
@@ -137,16 +181,20 @@ class ConnectionPool:
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def connection(self, host: str, port: int) -> Iterator[WorkerConnection]:
+    def connection(self, host: str, port: int, deadline: float | None = None) -> Iterator[WorkerConnection]:
+        """A pooled connection (a new one, connected within `deadline`, when none is idle)."""
         key = (host, port)
         with self._lock:
             idle = self._idle.get(key)
             conn = idle.pop() if idle else None
         if conn is None:
             conn = WorkerConnection(host, port, token=self._token, timeout_s=self._timeout_s,
-                                    max_payload=self._max_payload)
+                                    max_payload=self._max_payload, deadline=deadline)
         try:
             yield conn
+        except Busy:
+            self._give_back(key, conn)   # an answer: the stream is in sync
+            raise
         except (Unavailable, Timeout, ProtocolError):
             conn.close()
             raise

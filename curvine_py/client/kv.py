@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 
 from curvine_py.client.buffers import writable_view
 from curvine_py.client.membership import MembershipCache, View, WorkerAddress
+from curvine_py.client.suspects import Suspects
 from curvine_py.client.workerio import WorkerIO
 from curvine_py.core import frames
-from curvine_py.core.errors import Corrupt, CurvineError, StaleEpoch, Timeout, Unavailable
+from curvine_py.core.errors import Corrupt, CurvineError, InvalidArgument, StaleEpoch, Timeout, Unavailable
 from curvine_py.core.keys import validate_key
 from curvine_py.proto.curvine.v1.common_pb2 import CACHE, DURABLE
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
@@ -30,15 +31,27 @@ _FAILOVER = (Unavailable, Timeout, Corrupt)
 # caches the previous object's bytes have just flushed, and hot keys (shared prompt prefixes) are
 # read again and again.
 READ_OWNERS_CACHED = 4096
+DEFAULT_DEADLINE_S = 2.0   # ClientConfig.kv_deadline_s
+
+
+def _worker_id(worker: WorkerAddress) -> str:
+    return worker.worker_id
 
 
 class KVClient:
     def __init__(self, membership: MembershipCache, io: WorkerIO, *, replicas: int = 1,
-                 max_key_bytes: int = 1024) -> None:
+                 max_key_bytes: int = 1024, deadline_s: float = DEFAULT_DEADLINE_S,
+                 suspects: Suspects | None = None) -> None:
+        """`deadline_s`: how long a get or exists waits for one owner (connect included) before
+        it tries the next or misses."""
+        if not deadline_s > 0:
+            raise InvalidArgument(f"KV deadline of {deadline_s} s: must be positive")
         self._membership = membership
         self._io = io
         self.replicas = max(1, replicas)
         self._max_key_bytes = max_key_bytes
+        self.deadline_s = deadline_s
+        self._suspects = suspects or Suspects()
         # (view, replicas, key -> its read owners): one tuple, swapped whole when the view changes,
         # so a thread still on the old view never fills the new view's table.
         self._read_owners: tuple[View | None, int, dict[str, list[WorkerAddress]]] = (None, 0, {})
@@ -86,13 +99,15 @@ class KVClient:
         def attempt(view: View) -> None:
             header.epoch = view.epoch
             stored, errors = 0, []
-            for worker in self.owners(key, view):
+            for worker in self._suspects.order(self.owners(key, view), _worker_id):
                 if stored == wanted:
                     break
                 try:
                     self._io.call(worker, frames.Op.PUT, header, view_data)
                     stored += 1
                 except _FAILOVER as exc:
+                    if not isinstance(exc, Corrupt):
+                        self._suspects.mark(worker.worker_id)
                     errors.append(exc)
                     log.info("put %s: owner %s unreachable (%s), trying the next", key, worker.worker_id, exc)
             if not stored:
@@ -125,12 +140,16 @@ class KVClient:
     def _get(self, key: str, view: View, out: memoryview | None) -> tuple[DataHeader, memoryview | None]:
         header = DataHeader(key=key, epoch=view.epoch)
         miss = DataHeader(found=False)
-        for worker in self.read_owners(key, view):
+        for worker in self._suspects.order(self.read_owners(key, view), _worker_id):
             try:
-                reply, data = self._io.read(worker, frames.Op.GET, header, out, whole=True)
+                reply, data = self._io.read(worker, frames.Op.GET, header, out, whole=True,
+                                            deadline_s=self.deadline_s)
             except _FAILOVER as exc:
+                if not isinstance(exc, Corrupt):
+                    self._suspects.mark(worker.worker_id)
                 log.info("get %s: owner %s failed (%s), trying the next", key, worker.worker_id, exc)
                 continue
+            self._suspects.clear(worker.worker_id)
             if data is not None:
                 return reply, data
         return miss, None
@@ -158,8 +177,10 @@ class KVClient:
                 continue  # every key of this owner lies after a known miss
             header = DataHeader(keys=[keys[i] for i in indexes], pin=pin, epoch=view.epoch)
             try:
-                hits = self._io.call(view.workers[worker_id], frames.Op.EXISTS, header).header.hit_count
+                hits = self._io.call(view.workers[worker_id], frames.Op.EXISTS, header,
+                                     deadline_s=self.deadline_s).header.hit_count
             except _FAILOVER:
+                self._suspects.mark(worker_id)
                 hits = 0
             if hits < len(indexes):
                 first_miss = min(first_miss, indexes[hits])

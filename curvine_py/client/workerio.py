@@ -7,13 +7,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from curvine_py.client.dataconn import ConnectionPool, Reply
 from curvine_py.client.membership import WorkerAddress
 from curvine_py.client.shortcircuit import ShortCircuitClient
 from curvine_py.config import ClientConfig
 from curvine_py.core import frames, layout
-from curvine_py.core.errors import Corrupt, CurvineError, Unavailable
+from curvine_py.core.errors import Busy, Corrupt, CurvineError, Unavailable
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 
 log = logging.getLogger(__name__)
@@ -60,14 +61,18 @@ class WorkerIO:
 
     def call(self, worker: WorkerAddress, op: frames.Op, header: DataHeader,
              payload: bytes | bytearray | memoryview | None = None, out: memoryview | None = None,
-             *, digest: bool = False) -> Reply:
+             *, digest: bool = False, deadline_s: float | None = None) -> Reply:
         """One TCP request; a pooled connection that turns out dead (the worker restarted) is
         replaced once by a fresh one before the error is believed. `digest`: see
-        WorkerConnection.request."""
+        WorkerConnection.request. `deadline_s`: the whole call (connect and retry included) gives
+        up after this long with Timeout; None: only the bulk data timeout bounds each wait."""
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
         for attempt in (1, 2):
             try:
-                with self.pool.connection(worker.host, worker.port) as conn:
-                    return conn.request(op, header, payload, out, digest=digest)
+                with self.pool.connection(worker.host, worker.port, deadline) as conn:
+                    return conn.request(op, header, payload, out, digest=digest, deadline=deadline)
+            except Busy:
+                raise      # it answered: a fresh connection would only cost it another fd
             except Unavailable:
                 self.pool.drop(worker.host, worker.port)
                 if attempt == 2:
@@ -75,8 +80,10 @@ class WorkerIO:
         raise AssertionError("unreachable")
 
     def read(self, worker: WorkerAddress, op: frames.Op, header: DataHeader,
-             out: memoryview | None = None, *, whole: bool) -> tuple[DataHeader, memoryview | None]:
-        """GET or READ_BLOCK with verification. Returns (reply, bytes) or (reply, None) on a miss."""
+             out: memoryview | None = None, *, whole: bool,
+             deadline_s: float | None = None) -> tuple[DataHeader, memoryview | None]:
+        """GET or READ_BLOCK with verification. Returns (reply, bytes) or (reply, None) on a miss.
+        `deadline_s`: see `call` (a local worker's unix socket is not bounded by it)."""
         if self.is_local(worker):
             try:
                 reply, data, digests = self._short_circuit(worker).read(op, header, out, digest=True)
@@ -84,7 +91,7 @@ class WorkerIO:
                 log.info("short-circuit to %s failed (%s), using TCP", worker.worker_id, exc)
             else:
                 return reply, self._checked(worker, op, header, reply, data, whole, digests)
-        answer = self.call(worker, op, header, out=out, digest=True)
+        answer = self.call(worker, op, header, out=out, digest=True, deadline_s=deadline_s)
         return answer.header, self._checked(worker, op, header, answer.header, answer.payload, whole,
                                             answer.digests)
 

@@ -141,11 +141,14 @@ _BY_ERRNO: dict[int, type[CurvineError]] = {
 
 
 _BY_ERRNO[Busy.errno] = Busy
+# Other error replies that mean "this server cannot take the request now" (a worker that answers
+# the OSError of an open or accept), not "the request is wrong": Busy too, with their own errno.
+BUSY_ERRNOS = frozenset({_errno.EAGAIN, _errno.EMFILE, _errno.ENFILE, _errno.ENOBUFS, _errno.ENOMEM})
 
 
 def from_errno(code: int, message: str = "") -> CurvineError:
     """Rebuilds the most specific error class for an errno received over the wire."""
-    cls = _BY_ERRNO.get(code, CurvineError)
+    cls = Busy if code in BUSY_ERRNOS else _BY_ERRNO.get(code, CurvineError)
     return cls(message, errno=code)
 
 

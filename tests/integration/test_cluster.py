@@ -26,8 +26,7 @@ def sha256_of(path: pathlib.Path) -> str:
 def test_one_gib_file_round_trip_is_bit_exact(cluster3: Cluster, tmp_path: pathlib.Path) -> None:
     source, copy = tmp_path / "big.in", tmp_path / "big.out"
     with open(source, "wb") as fh:
-        for _ in range(16):
-            fh.write(os.urandom(64 * MiB))
+        fh.writelines(os.urandom(64 * MiB) for _ in range(16))
     client = cluster3.client()
     client.fs.mkdir("/data")
     status = client.fs.put(str(source), "/data/big.bin")

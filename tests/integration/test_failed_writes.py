@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from curvine_py.client import CurvineClient
-from curvine_py.core.errors import CurvineError, NotFound, NoSpace
+from curvine_py.core.errors import CurvineError, NoSpace, NotFound
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from tests.harness import Cluster, random_bytes
 from tests.integration.test_cli import cli
