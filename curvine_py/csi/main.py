@@ -98,6 +98,9 @@ def main(argv: list[str]) -> int:
     except CurvineError as exc:
         print(f"curvine-py csi: {exc.message}", file=sys.stderr)
         return 1
+    except OSError as exc:       # e.g. a state dir or socket dir that cannot be made
+        print(f"curvine-py csi: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
+        return 1
     try:
         driver.start()
         log.info("serving %s on %s (master %s)", roles, path, settings.master)

@@ -77,6 +77,17 @@ def test_the_cli_refuses_incomplete_flags(args: list[str], message: str) -> None
     assert result.returncode == 2 and message in result.stderr
 
 
+def test_an_unusable_state_dir_is_a_clear_error(tmp_path: pathlib.Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    result = subprocess.run(curvine_command("csi", "--endpoint", f"unix://{tmp_path}/csi.sock", "--node-id", "n",
+                                            "--master", "127.0.0.1:1", "--node", "--state-dir", str(blocker / "x")),
+                            check=False, capture_output=True, text=True, timeout=60,
+                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(pathlib.Path(__file__).parents[2])})
+    assert result.returncode == 1 and "Not a directory" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "csi.sock").exists()
+
+
 def test_csi_never_imports_pyfuse3() -> None:
     code = ("import sys; from curvine_py.csi import driver, node, main; "
             "assert 'pyfuse3' not in sys.modules and 'trio' not in sys.modules, sorted(sys.modules)")
