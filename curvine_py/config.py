@@ -72,6 +72,7 @@ class WorkerConfig:
     lm_insecure: bool = False
     lm_allow: tuple[str, ...] = ()    # peer networks (CIDR) allowed on the lm:// port; () = any
     free_space_ratio: float = 0.10    # each data dir leaves this share of its file system free
+    scrub_rate: int = 0               # background scrub, bytes/s re-read and verified; 0 = off
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,8 @@ Which DataHeader fields each op uses:
     DELETE_BLOCK  block_id -> found
     REPORT_BAD    key or block_id: the client saw a checksum mismatch, the worker drops its copy
     PING          -> (status)
+    SCRUB         key or block_id -> found, length, checksum: the stored copy re-read and verified
+                  (found=false: not here); EIO: it failed verification (dropped, reported bad)
 """
 from __future__ import annotations
 
@@ -60,6 +62,7 @@ class Op(enum.IntEnum):
     DELETE_BLOCK = 8
     REPORT_BAD = 9
     PING = 10
+    SCRUB = 11
 
 
 # Ops whose *request* may carry a payload; any other request with a payload is garbage.

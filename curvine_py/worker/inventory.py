@@ -182,6 +182,9 @@ class Inventory:
 
     # -- reports -------------------------------------------------------------------------------------
 
+    def names(self) -> list[tuple[str, int]]:
+        return [(e.name, e.size) for e in self._entries.values()]
+
     def block_ids(self) -> list[int]:
         return [e.block_id for e in self._entries.values() if e.kind == layout.KIND_BLOCK]
 

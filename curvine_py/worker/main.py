@@ -26,6 +26,7 @@ from curvine_py.worker.heartbeat import Advertised, Heartbeater
 from curvine_py.worker.limits import ConnectionGate, ServerLimits, raise_fd_limit
 from curvine_py.worker.lmauth import PeerFilter, check_lm_bind, parse_networks
 from curvine_py.worker.refuser import Refuser
+from curvine_py.worker.scrub import Scrubber
 from curvine_py.worker.server import DataServer, WorkerState
 from curvine_py.worker.shortcircuit import ShortCircuitServer, default_socket_path
 from curvine_py.worker.store import Store
@@ -52,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--free-space-ratio", type=float,
                    help="share of each data dir's file system always left free, whatever the capacity "
                    "(default 0.1); below it cache data is evicted and writes get ENOSPC")
+    p.add_argument("--scrub-rate", type=config.parse_size,
+                   help="re-read and verify stored data in the background at this many bytes/s, e.g. "
+                   "20MiB (default 0 = off); a corrupt copy is dropped and reported")
     p.add_argument("--pin-grace-ms", type=int, help="how long an EXISTS pin keeps a hit readable")
     p.add_argument("--lm-port", type=int, help="LMCache lm:// server port (0 = off, -1 = any free port)")
     p.add_argument("--lm-host", help="address of the lm:// port (default 127.0.0.1: node-local; the "
@@ -112,6 +116,8 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
                               f"{cfg.high_watermark}")
     if not 0 <= cfg.free_space_ratio < 1:
         raise InvalidArgument(f"--free-space-ratio must be in [0, 1), got {cfg.free_space_ratio}")
+    if cfg.scrub_rate < 0:
+        raise InvalidArgument("--scrub-rate must be >= 0 (0 = off)")
     if cfg.max_payload <= 0 or cfg.max_key_bytes <= 0:
         raise InvalidArgument("--max-payload and --max-key-bytes must be positive")
     if cfg.lm_port < -1:
@@ -214,6 +220,10 @@ def main(argv: list[str]) -> int:
             evictor = Evictor(store, high=cfg.high_watermark, low=cfg.low_watermark)
             evictor.start()
             teardown.callback(evictor.stop)
+
+            scrubber = Scrubber(store, rate=cfg.scrub_rate)
+            scrubber.start()
+            teardown.callback(scrubber.stop)
 
             node = cfg.node or socket.gethostname()
             lm_port = 0

@@ -27,6 +27,9 @@ the response bit and its request id; `errno` 0 = success):
     DELETE_BLOCK  block_id -> found.
     REPORT_BAD    key, or block_id when key is empty -> found (true = the copy failed
                   re-verification and was dropped; a good copy is kept).
+    SCRUB         key, or block_id when key is empty -> found (false: no copy here), length,
+                  checksum of the copy, re-read and verified chunk by chunk (scrub.py). EIO: it
+                  failed (dropped; a block is reported bad with the next heartbeat). For fsck --scrub.
     PING          -> (errno 0).
 
 Short-circuit connections (unix socket, shortcircuit.py) answer GET and READ_BLOCK with the same
@@ -76,6 +79,7 @@ from curvine_py.transport import blocking
 from curvine_py.worker.limits import UNBOUNDED, ConnectionGate, ServerLimits
 from curvine_py.worker.listener import ConnectionHandler, Listener, bind_tcp
 from curvine_py.worker.refuser import Refuser, error_frame
+from curvine_py.worker.scrub import Verdict, scrub
 from curvine_py.worker.store import Store
 from curvine_py.worker.storedfile import StoredFile
 from curvine_py.worker.throttle import LogThrottle
@@ -160,6 +164,7 @@ class Session:
             frames.Op.DELETE_BLOCK: self._delete_block,
             frames.Op.REPORT_BAD: self._report_bad,
             frames.Op.PING: self._ping,
+            frames.Op.SCRUB: self._scrub,
         }
 
     def _wait_s(self) -> float:
@@ -410,6 +415,15 @@ class Session:
 
     def _delete_block(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
         return _Outcome(DataHeader(found=self._store.delete_block(header.block_id)))
+
+    def _scrub(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
+        name = self._store.object_name(header.key) if header.key else self._store.block_name(header.block_id)
+        result = scrub(self._store, name)
+        if result.verdict is Verdict.CORRUPT:
+            raise Corrupt(f"{name} failed verification and was dropped: {result.reason}")
+        return _Outcome(DataHeader(key=header.key, block_id=header.block_id,
+                                   found=result.verdict is Verdict.GOOD, length=result.length,
+                                   checksum=result.checksum))
 
     def _report_bad(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
         if header.key:

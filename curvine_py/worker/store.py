@@ -213,15 +213,23 @@ class Store:
         return self._open(self.block_name(block_id))
 
     def _open(self, name: str) -> StoredFile | None:
+        opened = self.open_entry(name)
+        return opened[1] if opened is not None else None
+
+    def open_entry(self, name: str, *, touch: bool = True) -> tuple[Entry, StoredFile] | None:
+        """The inventory entry and its stored file, open (None on a miss): what a verifier needs to
+        drop exactly the copy it read (`drop_if_current`), never a newer one. `touch=False` (the
+        scrubber) neither counts as an access for LRU eviction nor fills the fd cache."""
         with self.lock:
             now = self.clock()
             entry = self._inventory.live(name, now)
             if entry is None:
                 return None
-            entry.last_access_ms = now
+            if touch:
+                entry.last_access_ms = now
             cached = self._open_files.get(name, entry)
             if cached is not None:
-                return cached
+                return entry, cached
             path = self._inventory.path_of(entry)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -232,12 +240,28 @@ class Store:
         except (OSError, ProtocolError) as exc:
             os.close(fd)
             raise Corrupt(f"unreadable stored header in {path}: {exc}") from None
-        if self._open_files.limit:
+        if self._open_files.limit and touch:
             with self.lock:
                 # A file replaced or removed meanwhile is never cached.
                 if self._inventory.get(name) is entry:
                     self._open_files.keep(name, entry, fd, header)
-        return StoredFile(fd, header)
+        return entry, StoredFile(fd, header)
+
+    def names(self) -> list[tuple[str, int]]:
+        """(name, bytes on disk) of every stored file, a snapshot (for the scrubber)."""
+        with self.lock:
+            return self._inventory.names()
+
+    def drop_if_current(self, name: str, entry: Entry | None) -> bool:
+        """Drops a copy found bad, if the inventory still holds that very copy (`entry`; None = the
+        header itself was unreadable: whatever is there). A copy replaced meanwhile is not touched."""
+        with self.lock:
+            if entry is not None and self._inventory.get(name) is not entry:
+                return False
+            if not self._inventory.drop_bad(name):
+                return False
+        log.error("dropped bad copy %s", name)
+        return True
 
     def exists(self, keys: Iterable[str], *, pin: bool = False) -> int:
         """Length of the prefix of `keys` that is stored; with `pin`, each hit stays readable
@@ -286,18 +310,17 @@ class Store:
         on disk was damaged in transit and is kept (dropping the only replica of a durable block
         for a network error would lose data). True = a bad copy was dropped."""
         try:
-            stored = self._open(name)
+            opened = self.open_entry(name, touch=False)
         except Corrupt:
-            self.drop_bad(name)
-            return True
-        if stored is None:
+            return self.drop_if_current(name, None)
+        if opened is None:
             return False
+        entry, stored = opened
         with stored:
             if stored.verify():
                 log.warning("%s was reported bad but verifies on disk: kept", name)
                 return False
-        self.drop_bad(name)
-        return True
+        return self.drop_if_current(name, entry)
 
     def drop_bad(self, name: str) -> None:
         """Drops a copy known to be bad; a block is reported to the master in the next heartbeat."""

@@ -83,6 +83,25 @@ class StoredFile:
             position = piece_end
         return digests
 
+    def verify_chunk(self, index: int) -> int:
+        """Re-reads stored chunk `index` and checks it against its digest; returns its length.
+        Corrupt if it fails (or the file is shorter than its header says)."""
+        start = index * CHUNK
+        piece = self.read(start, min(CHUNK, self.header.length - start))
+        if layout.checksum(piece) != self.header.chunk_checksums[index]:
+            raise Corrupt(f"stored chunk {index} fails its checksum")
+        return len(piece)
+
+    def verify_summary(self) -> None:
+        """The header's own consistency: the object checksum is the combination of the chunk
+        digests, and the file holds exactly header + payload (Corrupt otherwise)."""
+        if layout.combine(list(self.header.chunk_checksums)) != self.header.checksum:
+            raise Corrupt("the stored checksum does not match its chunk digests")
+        size = os.fstat(self.fd).st_size
+        if size != self.header.header_size + self.header.length:
+            raise Corrupt(f"stored file is {size} bytes, its header says {self.header.header_size} + "
+                          f"{self.header.length}")
+
     def verify(self) -> bool:
         """Recomputes every chunk digest of the payload (used before dropping a reported copy)."""
         position = 0
