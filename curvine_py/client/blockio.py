@@ -21,7 +21,7 @@ from curvine_py.client.membership import MembershipCache
 from curvine_py.client.suspects import Suspects
 from curvine_py.client.workerio import WorkerIO
 from curvine_py.core import frames, layout
-from curvine_py.core.errors import Corrupt, CurvineError, NoSpace, Timeout, Unavailable
+from curvine_py.core.errors import Corrupt, CurvineError, NoSpace, NotFound, Timeout, Unavailable
 from curvine_py.core.rules import verifiable_range
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
@@ -106,8 +106,8 @@ class BlockStore:
             try:
                 _reply, data = self.io.read(view.workers[worker_id], frames.Op.READ_BLOCK, request, out,
                                             whole=False)
-            except (Unavailable, Timeout, Corrupt) as exc:
-                if not isinstance(exc, Corrupt):
+            except (Unavailable, Timeout, Corrupt, NotFound) as exc:   # NotFound: this copy was just dropped
+                if not isinstance(exc, (Corrupt, NotFound)):
                     self.suspects.mark(worker_id)
                 log.info("block %x: worker %s failed (%s), trying the next replica", block.block_id,
                          worker_id, exc)

@@ -10,6 +10,7 @@ import pathlib
 import time
 
 from curvine_py.client import CurvineClient
+from curvine_py.core import layout
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from tests.harness import Cluster, random_bytes
 from tests.integration.test_cli import cli
@@ -122,3 +123,37 @@ def test_fsck_reports_lost_files_and_what_repair_cannot_fix(tmp_path: pathlib.Pa
         assert repair.returncode == 1 and b"re-replication is off" in repair.stderr
         scrub = cli("fsck", "--master", cluster.master_address, "--scrub")
         assert scrub.returncode == 1 and b"--scrub needs the workers to verify" in scrub.stderr
+
+
+def test_a_copy_dropped_as_corrupt_is_repaired_from_the_other_replica(tmp_path: pathlib.Path) -> None:
+    with Cluster(tmp_path, workers=3) as cluster:
+        client = cluster.client()
+        files = write_files(client, 1)
+        (path, data), = files.items()
+        first = client.master.get_blocks(client.fs.stat(path).ino).blocks[0]
+        bad_worker = first.worker_ids[0]                 # the copy a reader tries first
+        index = next(i for i in range(3) if cluster.worker_id(i) == bad_worker)
+        name = layout.block_file_name(first.block_id)
+        stored = cluster.worker_dir(index) / "blocks" / layout.shard_dir(name) / name
+        raw = bytearray(stored.read_bytes())
+        raw[len(raw) - first.length + 12345] ^= 0xFF     # one bit of the payload (after the header)
+        stored.write_bytes(bytes(raw))
+
+        with client.fs.open(path) as f:                  # the bad copy is detected, reported, skipped
+            assert f.read() == data
+        deadline = time.monotonic() + RESTORE_DEADLINE_S
+        while True:
+            _live, under, lost, surplus, repaired = replication(client)
+            holders = client.master.get_blocks(client.fs.stat(path).ino).blocks[0].worker_ids
+            if repaired >= 1 and (under, lost, surplus) == (0, 0, 0) and len(holders) == 2:
+                break
+            assert time.monotonic() < deadline, f"not repaired: {replication(client)} holders {list(holders)}"
+            time.sleep(0.2)
+        fsck = cli("fsck", "--master", cluster.master_address)
+        assert fsck.returncode == 0, fsck.stdout.decode() + fsck.stderr.decode()
+        fresh = CurvineClient(cluster.master_address, node="fresh")
+        try:
+            with fresh.fs.open(path) as f:
+                assert f.read() == data
+        finally:
+            fresh.close()
