@@ -16,6 +16,7 @@ from curvine_py.core.errors import (
     NotFound,
 )
 from curvine_py.core.keys import PATH_MAX
+from curvine_py.core.rules import truncate_map
 from curvine_py.master.store.db import MAX_ID, Database
 from curvine_py.master.types import (
     ROOT_INO,
@@ -228,12 +229,10 @@ class Inodes(Database):
     def _truncate_blocks(self, ino: int, size: int, block_size: int) -> None:
         """Sparse truncate: blocks wholly beyond `size` are dropped, a straddling block keeps only
         its first bytes (its checksum becomes unknown: 0). Nothing is ever allocated."""
-        first_gone = -(-size // block_size)
+        rule = truncate_map(size, block_size)     # the one truncate rule (core/rules.py), as the client's
         for (block_id,) in self._db.execute("SELECT block_id FROM blocks WHERE ino=? AND idx>=?",
-                                            (ino, first_gone)).fetchall():
+                                            (ino, rule.first_dropped)).fetchall():
             self._drop_block(int(block_id))
-        if size % block_size:
-            index = size // block_size
-            keep = size - index * block_size
+        if rule.tail_length:
             self._db.execute("UPDATE blocks SET length=?, checksum=0 WHERE ino=? AND idx=? AND length>?",
-                             (keep, ino, index, keep))
+                             (rule.tail_length, ino, rule.tail_index, rule.tail_length))
