@@ -45,6 +45,14 @@ class StaleHandle(CurvineError):
     errno = errno.ESTALE
 
 
+class DataLost(CurvineError):
+    """A read of an open file found no copy of a block the file's map lists (each dropped as
+    corrupt, or freed): an I/O error of this file. Not ESTALE: the inode is fine, and ESTALE
+    would only make the kernel retry the same read."""
+
+    errno = errno.EIO
+
+
 class MountContext:
     def __init__(self, client: CurvineClient, offload: Offload, *, root: int, node: str,
                  read_only: bool = False, attr_ttl: float = 0.0, names_ttl: float = 0.0,
@@ -83,6 +91,13 @@ class MountContext:
         except NotFound as exc:
             self.attrs.clear()
             raise StaleHandle(str(exc)) from None
+
+    async def read_data(self, fn: Callable[..., T], *args: Any) -> T:
+        """A data call that reads an open file: NotFound means a block's copies are gone."""
+        try:
+            return await self.offload.data_call(fn, *args)
+        except NotFound as exc:
+            raise DataLost(f"a block of the file is gone from its workers: {exc}") from None
 
     def writable(self) -> None:
         if self.read_only:

@@ -119,7 +119,7 @@ class Files:
         if n is None and self.reader is not None:
             n = await self._fast_read(opened, offset, buffer[:size])  # trio sockets: no thread hop
         if n is None:
-            n = await self.ctx.data(opened.file.pread_into, offset, buffer[:size])
+            n = await self.ctx.read_data(opened.file.pread_into, offset, buffer[:size])
         buffers.defer(buffer)   # no await from here to the reply (readbuf.py)
         return buffer[:n]
 

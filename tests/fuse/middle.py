@@ -26,6 +26,7 @@ import trio
 
 from curvine_py.client import CurvineClient
 from curvine_py.fuse.attrs import Timeouts
+from curvine_py.fuse.dataplane import TrioBlockReader
 from curvine_py.fuse.filesystem import Filesystem
 from curvine_py.fuse.offload import Offload
 from curvine_py.fuse.operations import Operations
@@ -70,9 +71,10 @@ def fsck(cluster: Cluster) -> list[str]:
 
 class Rig:
     def __init__(self, cluster: Cluster, *, client: CurvineClient | None = None, attr_ttl: float = 1.0,
-                 deadline_s: float = 10.0) -> None:
+                 deadline_s: float = 10.0, trio_reads: bool = False) -> None:
         self.cluster = cluster
         self.client = client or cluster.client()
+        self.trio_reads = trio_reads     # the mount's fast read path (fuse/dataplane.py), as in production
         self.deadline_s = deadline_s
         self.attr_ttl = attr_ttl
         self.fs: Filesystem | None = None
@@ -81,8 +83,11 @@ class Rig:
     def _build(self) -> Operations:
         """Built inside trio (the offload's limiters belong to the run)."""
         root = int(self.client.master.resolve("/").ino)
+        config = self.client.config
+        reader = TrioBlockReader(token=config.token, timeout_s=config.data_timeout_s, max_payload=config.max_payload,
+                                 is_local=self.client.io.is_local) if self.trio_reads else None
         self.fs = Filesystem(self.client, Offload(deadline_s=self.deadline_s), root=root, node=self.client.node,
-                             attr_ttl=self.attr_ttl, names_ttl=self.attr_ttl)
+                             attr_ttl=self.attr_ttl, names_ttl=self.attr_ttl, reader=reader)
         self.ops = Operations(self.fs, Timeouts(self.attr_ttl, self.attr_ttl, 0.0))
         return self.ops
 

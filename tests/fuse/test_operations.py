@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from curvine_py.core import layout
 from curvine_py.core.posix import RENAME_EXCHANGE, RENAME_NOREPLACE
 from curvine_py.fuse.operations import Operations
 from tests.fuse.middle import ROOT, ROOT_CTX, FakeContext, Fields, Rig, fsck, fuse_error, patch_readdir
@@ -203,3 +204,36 @@ def test_fsck_sees_what_it_must_find(cluster: Cluster, tmp_path: pathlib.Path) -
             db.execute("INSERT INTO dentries (parent, name, ino) VALUES (1, 'dangling', 999999)")
         db.close()
         assert any("missing inode 999999" in problem for problem in fsck(broken))
+
+
+def block_path(cluster: Cluster, block_id: int) -> pathlib.Path:
+    name = layout.block_file_name(block_id)
+    return cluster.worker_dir(0) / "blocks" / layout.shard_dir(name) / name
+
+
+@pytest.mark.parametrize("trio_reads", [False, True], ids=["threaded", "trio-reader"])
+def test_a_corrupt_block_reads_as_eio_every_time(cluster: Cluster, trio_reads: bool) -> None:
+    """Not ESTALE: the inode is fine, its only copy is bad (and dropped by the worker on the first
+    read). ESTALE would make the kernel re-resolve the path and retry, then fail the same way."""
+    rig = Rig(cluster, trio_reads=trio_reads)
+    data = random_bytes(2 * MiB, seed=3)
+    name = f"corrupt-{trio_reads}"
+
+    async def scenario(ops: Operations) -> None:
+        ino = await write_file(ops, ROOT, name, data)
+        block = rig.client.master.get_blocks(ino).blocks[0]
+        path = block_path(cluster, block.block_id)
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) - MiB] ^= 0xFF             # the second chunk of the payload (after the header)
+        path.write_bytes(bytes(raw))
+        info = await ops.open(ino, os.O_RDONLY, ROOT_CTX)  # type: ignore[arg-type]
+        try:
+            assert bytes(await ops.read(info.fh, 0, 4096)) == data[:4096], "the good chunk still reads"
+            for _ in range(2):
+                with fuse_error(errno.EIO):
+                    await ops.read(info.fh, MiB, MiB)
+        finally:
+            await ops.release(info.fh)
+        await ops.unlink(ROOT, name.encode(), ROOT_CTX)  # type: ignore[arg-type]
+
+    rig.run(scenario)
