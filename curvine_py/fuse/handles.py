@@ -11,10 +11,11 @@ import errno
 import logging
 import os
 import time
+from collections.abc import Callable
 
 from curvine_py.client.buffers import aligned
 from curvine_py.client.files import CurvineFile
-from curvine_py.core.errors import CurvineError
+from curvine_py.core.errors import AlreadyExists, CurvineError
 from curvine_py.core.posix import kill_suid_sgid, needs_kill
 from curvine_py.core.rules import verifiable_range
 from curvine_py.fuse.context import MountContext
@@ -37,21 +38,36 @@ class Files:
         # Bytes fetched ahead of a sequential reader, in the background: the kernel's own read-ahead
         # (4 MiB) keeps a few 1 MiB requests in flight; these find their chunk already fetched.
         self.read_ahead = read_ahead
+        # Told (parent, name, ino) when the mount itself removed a name the kernel may hold in its
+        # dentry cache (a failed create): Operations invalidates the kernel's entry.
+        self.removed_hook: Callable[[int, str, int], None] | None = None
 
     # -- opening -----------------------------------------------------------------------------
     async def create(self, parent: int, name: str, mode: int, flags: int, uid: int,
                      gid: int) -> tuple[FileHandle, cpb.Attr]:
         ctx = self.ctx
         ctx.writable()
+        # Always exclusive first, so we know whether this call made the inode (a failed first
+        # commit then removes it again); the kernel sends CREATE for names it found missing, so
+        # the fallback to opening an existing file (O_CREAT without O_EXCL) is the rare race.
         request = pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=mode & 0o7777,
-                                   caller=pb.Caller(uid=uid, gid=gid), exclusive=bool(flags & os.O_EXCL),
+                                   caller=pb.Caller(uid=uid, gid=gid), exclusive=True,
                                    truncate=bool(flags & os.O_TRUNC))
-        attr: cpb.Attr = await self.session.adding_name(parent, name, ctx.creates.call(request))
+        created = True
+        try:
+            attr: cpb.Attr = await self.session.adding_name(parent, name, ctx.creates.call(request))
+        except AlreadyExists:
+            if flags & os.O_EXCL:
+                raise
+            request.exclusive, created = False, False
+            attr = await self.session.adding_name(parent, name, ctx.creates.call(request))
         ctx.touch(parent)
         ctx.note(attr)
         # A file of size 0 has no blocks: skip GetBlocks (one round trip less per create).
         known = pb.BlocksReply(attr=attr) if attr.size == 0 else None
         handle = await self._open_attr(attr, flags, uid, known)
+        if created and handle.open.handles == 1:
+            handle.open.created_as = (parent, name)
         return handle, attr
 
     async def open(self, ino: int, flags: int, uid: int) -> FileHandle:
@@ -166,7 +182,45 @@ class Files:
 
     # -- commit and close --------------------------------------------------------------------
     async def flush(self, fh: int) -> None:
-        await self.ctx.commit(self._handle(fh).open)
+        opened = self._handle(fh).open
+        try:
+            await self.ctx.commit(opened)
+        except CurvineError:
+            await self._discard_failed_create(opened)
+            raise
+        opened.created_as = None     # published: from now on the file stays whatever happens
+
+    async def _discard_failed_create(self, opened: OpenFile) -> None:
+        """A file this mount created whose first commit failed (ENOSPC, a worker lost) leaves
+        nothing visible: its name is removed if it still names this inode and no other handle
+        has the file open. Best effort: what cannot be removed stays, and is logged.
+
+        The lookup and the unlink are two calls: a rename onto the name by another node in
+        between would be removed instead (the master has no conditional unlink)."""
+        place, opened.created_as = opened.created_as, None
+        if place is None or opened.handles > 1:
+            return
+        parent, name = place
+        ctx = self.ctx
+        try:
+            found: cpb.Attr = await ctx.call(ctx.master.lookup, parent, name)
+            if found.ino != opened.ino:
+                return
+            reply: pb.UnlinkReply = await ctx.call(self._unlink_kept, parent, name)
+        except CurvineError as exc:
+            log.warning("inode %d: its first commit failed and its name %r could not be removed: %s",
+                        opened.ino, name, exc)
+            return
+        log.info("inode %d: first commit failed, name %r removed again", opened.ino, name)
+        ctx.attrs.drop(opened.ino)
+        ctx.touch(parent)
+        if self.removed_hook is not None:
+            self.removed_hook(parent, name, opened.ino)
+        if reply.nlink == 0:
+            opened.unlinked = True    # still open here: its last release frees the orphan
+
+    def _unlink_kept(self, parent: int, name: str) -> pb.UnlinkReply:
+        return self.ctx.master.unlink(parent, name, directory=False, keep_orphan=True)
 
     async def fsync(self, fh: int) -> None:
         await self.flush(fh)
@@ -186,6 +240,7 @@ class Files:
             # close(2) already got flush's answer; this only catches writes after the last flush
             # (mmap write-back), so say it loudly.
             log.error("commit of inode %d at release failed, its last writes are lost: %s", opened.ino, exc)
+            await self._discard_failed_create(opened)
         finally:
             # Re-check after the await: an open may have claimed it meanwhile (state.py's rule).
             if opened.handles == 0 and ctx.handles.open_files.get(opened.ino) is opened:

@@ -50,6 +50,14 @@ class Operations(pyfuse3.Operations):
         self.enable_writeback_cache = writeback_cache
         self._direct_io = direct_io
         self._keep_cache = keep_cache
+        fs.files.removed_hook = self._entry_removed
+
+    def _entry_removed(self, parent: int, name: str, ino: int) -> None:
+        """The mount removed a name on its own (a failed create): the kernel must stop showing
+        it (its dentry cache would for up to the entry timeout). Queued, never waited for: a
+        handler must not block on the kernel."""
+        pyfuse3.invalidate_entry_async(self.inodes.to_fuse(parent), name.encode("utf-8"),
+                                       deleted=self.inodes.to_fuse(ino), ignore_enoent=True)
 
     # -- helpers -----------------------------------------------------------------------------
     def _m(self, ino: int) -> int:

@@ -60,6 +60,9 @@ class OpenFile:
     unlinked: bool = False      # its last name went away while open: ReleaseOrphan at last close
     last_write_ns: int = 0      # mtime/ctime shown while writes are uncommitted
     committed_mtime: int = 0    # the master's mtime produced by our own last commit (see overlay)
+    # (parent, name) while this mount's create made the inode and no commit has published it yet:
+    # a failed first commit removes that name again (handles.Files.flush).
+    created_as: tuple[int, str] | None = None
 
 
 @dataclass(slots=True)
