@@ -548,3 +548,42 @@ def test_setgid_directory_passes_its_group_on(d: pathlib.Path) -> None:
     assert os.stat(group_dir / "f").st_gid == 1234
     sub = os.stat(group_dir / "sub")
     assert sub.st_gid == 1234 and sub.st_mode & stat.S_ISGID
+
+
+def _acl(*entries: tuple[int, int, int]) -> bytes:
+    """A POSIX ACL in the kernel's xattr format (what setfacl writes): version 2, then
+    (tag, perm, id) entries."""
+    import struct
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, ident) for tag, perm, ident in entries)
+
+
+USER_OBJ, USER, GROUP_OBJ, MASK, OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
+UNDEFINED_ID = 0xFFFFFFFF
+
+
+def test_posix_acls_are_refused_not_silently_ignored(d: pathlib.Path) -> None:
+    """docs/fuse.md "ACLs": an ACL the mount would store but never apply is a security defect,
+    so setting one fails with EOPNOTSUPP (setfacl reports "Operation not supported") and the
+    mode stays what it was; reading one says the same (getfacl falls back to the mode)."""
+    path = d / "f"
+    path.write_bytes(b"x")
+    path.chmod(0o640)
+    grant = _acl((USER_OBJ, 7, UNDEFINED_ID), (USER, 7, 1234), (GROUP_OBJ, 4, UNDEFINED_ID),
+                 (MASK, 7, UNDEFINED_ID), (OTHER, 0, UNDEFINED_ID))
+    assert errno_of(os.setxattr, path, "system.posix_acl_access", grant) == errno.EOPNOTSUPP
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert errno_of(os.getxattr, path, "system.posix_acl_access") in (errno.EOPNOTSUPP, errno.ENODATA)
+    assert errno_of(os.setxattr, d, "system.posix_acl_default", grant) == errno.EOPNOTSUPP
+    sub = d / "sub"
+    sub.mkdir(0o750)
+    assert stat.S_IMODE(sub.stat().st_mode) == 0o750 & ~_umask(), "no default ACL was inherited"
+    assert not [n for n in os.listxattr(path) if n.startswith("system.posix_acl")]
+    # The user who was to be granted rwx by the refused ACL still gets nothing from the mode.
+    denied = run_as(1234, 1234, "import sys; open(sys.argv[1]).read()", str(path))
+    assert denied.returncode != 0 and "Permission denied" in denied.stderr, denied.stderr
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
