@@ -11,7 +11,7 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from curvine_py.client.buffers import aligned
 from curvine_py.client.files import CurvineFile
@@ -40,7 +40,7 @@ class Files:
         self.read_ahead = read_ahead
         # Told (parent, name, ino) when the mount itself removed a name the kernel may hold in its
         # dentry cache (a failed create): Operations invalidates the kernel's entry.
-        self.removed_hook: Callable[[int, str, int], None] | None = None
+        self.removed_hook: Callable[[int, str, int], Awaitable[None]] | None = None
 
     # -- opening -----------------------------------------------------------------------------
     async def create(self, parent: int, name: str, mode: int, flags: int, uid: int,
@@ -215,7 +215,7 @@ class Files:
         ctx.attrs.drop(opened.ino)
         ctx.touch(parent)
         if self.removed_hook is not None:
-            self.removed_hook(parent, name, opened.ino)
+            await self.removed_hook(parent, name, opened.ino)
         if reply.nlink == 0:
             opened.unlinked = True    # still open here: its last release frees the orphan
 

@@ -16,6 +16,7 @@ import stat
 from collections.abc import Sequence
 
 import pyfuse3
+import trio
 
 from curvine_py.core.errors import CurvineError, NotFound
 from curvine_py.fuse.attrs import InodeMap, Timeouts, entry_attributes, negative_entry
@@ -27,6 +28,8 @@ from curvine_py.fuse.state import LookupCounts
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 log = logging.getLogger(__name__)
+
+INVALIDATE_WAIT_S = 2.0     # a kernel entry invalidation we wait for; past it the name may show briefly
 
 
 def _name(raw: bytes) -> str:
@@ -52,12 +55,21 @@ class Operations(pyfuse3.Operations):
         self._keep_cache = keep_cache
         fs.files.removed_hook = self._entry_removed
 
-    def _entry_removed(self, parent: int, name: str, ino: int) -> None:
+    async def _entry_removed(self, parent: int, name: str, ino: int) -> None:
         """The mount removed a name on its own (a failed create): the kernel must stop showing
-        it (its dentry cache would for up to the entry timeout). Queued, never waited for: a
-        handler must not block on the kernel."""
-        pyfuse3.invalidate_entry_async(self.inodes.to_fuse(parent), name.encode("utf-8"),
-                                       deleted=self.inodes.to_fuse(ino), ignore_enoent=True)
+        it (its dentry cache would for up to the entry timeout) before the failing close returns.
+
+        The notification blocks until the kernel takes the directory's lock, which a request we
+        are serving may hold: so it runs in a thread while trio keeps serving, bounded in time."""
+        def invalidate() -> None:
+            pyfuse3.invalidate_entry(self.inodes.to_fuse(parent), name.encode("utf-8"),
+                                     deleted=self.inodes.to_fuse(ino))
+
+        with trio.move_on_after(INVALIDATE_WAIT_S):
+            try:
+                await trio.to_thread.run_sync(invalidate, abandon_on_cancel=True)
+            except OSError as exc:     # ENOENT: the kernel holds no such entry, nothing to drop
+                log.debug("invalidating %r in %d: %s", name, parent, exc)
 
     # -- helpers -----------------------------------------------------------------------------
     def _m(self, ino: int) -> int:

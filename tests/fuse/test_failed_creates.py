@@ -42,8 +42,8 @@ def small_disk(tmp_path: pathlib.Path) -> Iterator[Cluster]:
 def test_failed_first_commit_removes_the_created_name(small_disk: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     rig = Rig(small_disk)
     told: list[tuple[int, bytes, int]] = []     # what the kernel is told to forget
-    monkeypatch.setattr(pyfuse3, "invalidate_entry_async",
-                        lambda parent, name, deleted=0, ignore_enoent=False: told.append((parent, name, deleted)))
+    monkeypatch.setattr(pyfuse3, "invalidate_entry",
+                        lambda parent, name, deleted=0: told.append((parent, name, deleted)))
     data = random_bytes(12 * MiB, seed=7)
 
     async def scenario(ops: Operations) -> None:
