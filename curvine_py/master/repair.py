@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_RATE = 64 << 20         # bytes/s
 ROUND_S = 2.0                   # how often the background loop looks
+FULL_SCAN_S = 60.0              # a full scan at least this often even when nothing seems to change
 MAX_COPIES_PER_ROUND = 256      # so one round never holds a report back for long
 
 
@@ -91,6 +92,9 @@ class Repairer:
         self._stats = RepairStats(rate=rate)
         self._reader: Namespace | None = None
         self.state = ReplicationState((), (), (), ())
+        # Skipping idle scans: (epoch, store changes) when the last scan found nothing to do.
+        self._idle_at: tuple[int, int] | None = None
+        self._last_full = clock()
 
     def close(self) -> None:
         with self._lock:
@@ -128,6 +132,11 @@ class Repairer:
             now = self._clock()
             self._allowance = min(self._allowance + (now - self._last) * self.rate, float(max(self.rate, 1)))
             self._last = now
+            if self._idle_at is not None and self._idle_at == self._store.call(self._changes) \
+                    and now - self._last_full < FULL_SCAN_S:
+                return RoundResult()       # nothing to do last time, and nothing changed since
+            self._last_full = now
+            before = self._store.call(self._changes)     # taken first: a change during the scan counts
             state = self.scan()
             live = {w.worker_id: w for w in self._store.call(self._mem.live_workers)}
             dropped = self._drop_surplus(state, live)
@@ -146,8 +155,13 @@ class Repairer:
                 else:
                     failed += 1
             if copied or dropped:
-                self.scan()
+                before = self._store.call(self._changes)
+                state = self.scan()
+            self._idle_at = before if not state.under and not state.surplus else None
             return RoundResult(copied, failed, dropped, throttled, unplaceable, tuple(errors))
+
+    def _changes(self) -> tuple[int, int]:
+        return self._mem.epoch, self._ns.replica_changes
 
     def _repair(self, block: BlockCopies, live: dict[str, WorkerInfo], errors: list[str]) -> bool | None:
         """Copies `block` until it has its wanted copies. None: no worker can take another copy."""

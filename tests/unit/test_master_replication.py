@@ -10,12 +10,13 @@ from collections.abc import Iterator
 import pytest
 
 from curvine_py.core.errors import Unavailable
+from curvine_py.master import repair as repair_module
 from curvine_py.master.membership import Membership
 from curvine_py.master.namespace import Namespace
 from curvine_py.master.repair import BlockCopier, Repairer
 from curvine_py.master.store.replication import BlockCopies
 from curvine_py.master.storethread import StoreThread
-from curvine_py.master.types import ROOT_INO, BlockInfo, Policy, StorageClass, Usage, WorkerInfo
+from curvine_py.master.types import ROOT_INO, BlockInfo, Policy, RoundResult, StorageClass, Usage, WorkerInfo
 from tests.unit.test_master_support import FakeClock, MiB, mkdir, mkfile, open_store, worker
 
 LEASE_MS = 5000
@@ -230,3 +231,24 @@ def test_fsck_inventory_requests(world: World) -> None:
 def test_namespace_facade_has_replication(world: World) -> None:
     assert isinstance(world.ns, Namespace)
     assert world.repairer.enabled
+
+
+def test_idle_rounds_skip_the_scan_until_something_changes(world: World) -> None:
+    world.join("a", "b", "c")
+    ino = world.file("f", 1)
+    (block,) = world.store.call(world.ns.get_blocks, ino).blocks
+    assert world.repairer.step() == RoundResult()       # a scan: nothing to do
+    # a copy vanishes behind the store's back: idle rounds do not see it ...
+    world.ns._db.execute("DELETE FROM locations WHERE block_id=? AND worker_id=?",
+                         (block.block_id, block.worker_ids[0]))
+    assert world.repairer.step().copied == 0
+    # ... until the periodic full scan
+    for _ in range(int(repair_module.FULL_SCAN_S)):      # a minute of heartbeats, nothing else
+        world.clock.advance(1.0)
+        world.beat("a", "b", "c")
+    assert world.repairer.step().copied == 1
+    # a change through the store (a bad copy in a heartbeat) is seen at the next round
+    assert world.repairer.step() == RoundResult()
+    (block,) = world.store.call(world.ns.get_blocks, ino).blocks
+    world.store.call(world.mem.heartbeat, block.worker_ids[0], Usage(), (), [block.block_id])
+    assert world.repairer.step().copied == 1

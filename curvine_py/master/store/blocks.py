@@ -111,6 +111,8 @@ class Blocks(Policies, Quotas):
             charges = new_charges()
             self._charge_names(charges, ino, size - attr.size)
             self._charge(charges)
+            if blocks:
+                self.replica_changes += 1     # a block may be committed with fewer copies than wanted
             if size < attr.size or blocks:
                 self._truncate_blocks(ino, size, block_size)
             now = self._now()

@@ -57,6 +57,9 @@ class Database:
         self.root_class = root_class
         self.durable_replicas = durable_replicas
         self._clock_ns = clock_ns
+        # Bumped (by the writer) by every change that can make a block's copies fewer or more than
+        # its policy wants: the repairer skips its full scan while this and the epoch stand still.
+        self.replica_changes = 0
         # A file that lost its last name stays readable this long, so a reader on another node
         # (whose open this master does not know of) can finish; then expire_orphans frees it.
         self.unlink_grace_ns = unlink_grace_ms * 1_000_000

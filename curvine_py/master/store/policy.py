@@ -94,6 +94,7 @@ class Policies(Inodes):
             storage_class = StorageClass(policy.storage_class)
         except ValueError:
             raise InvalidArgument(f"unknown storage class {policy.storage_class}") from None
+        self.replica_changes += 1      # the replicas wanted may change
         with self.transaction():
             ino = self._resolve(path, True)
             self._dir(ino)

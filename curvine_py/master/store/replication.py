@@ -78,6 +78,7 @@ class Replication(Policies):
     def add_replica(self, block_id: int, worker_id: str) -> bool:
         """A repair stored a copy of `block_id` on `worker_id`: record it. False when the block was
         freed meanwhile (the new copy is then a pending deletion on that worker)."""
+        self.replica_changes += 1
         with self.transaction():
             if self._db.execute("SELECT 1 FROM blocks WHERE block_id=?", (block_id,)).fetchone() is None:
                 self._db.execute("INSERT OR IGNORE INTO deletions (worker_id, block_id) VALUES (?, ?)",
@@ -89,6 +90,7 @@ class Replication(Policies):
 
     def drop_replica(self, block_id: int, worker_id: str) -> None:
         """Gives up a surplus copy: no longer a location, deleted on the worker at its next heartbeat."""
+        self.replica_changes += 1
         with self.transaction():
             removed = self._db.execute("DELETE FROM locations WHERE block_id=? AND worker_id=?",
                                        (block_id, worker_id)).rowcount

@@ -37,6 +37,7 @@ class BlockReports(Policies, Quotas):
     def reconcile_report(self, worker_id: str, block_ids: Iterable[int]) -> Reconciled:
         """reconcile_blocks, also saying how many recorded copies the worker turned out not to have."""
         reported = sorted({b for b in block_ids})
+        self.replica_changes += 1
         with self.transaction():
             self._db.execute("CREATE TEMP TABLE IF NOT EXISTS reported (block_id INTEGER PRIMARY KEY)")
             self._db.execute("DELETE FROM temp.reported")
@@ -81,6 +82,7 @@ class BlockReports(Policies, Quotas):
         ids = sorted({b for b in block_ids if 0 < b <= MAX_ID})
         if not ids:
             return Evicted()
+        self.replica_changes += 1
         with self.transaction():
             removed = 0
             orphaned: set[int] = set()
