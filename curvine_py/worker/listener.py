@@ -23,7 +23,7 @@ from collections.abc import Callable
 from curvine_py.core.errors import Busy, CurvineError
 from curvine_py.transport import blocking
 from curvine_py.worker.limits import ConnectionGate, peer_key
-from curvine_py.worker.throttle import LogThrottle
+from curvine_py.worker.throttle import LogThrottle, log_throttled
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +106,7 @@ class Listener:
             self._spare = -1
 
     def _log(self, kind: str, level: int, message: str, *args: object) -> None:
-        suppressed = self._throttle.allow(f"{self._name}:{kind}")
-        if suppressed is not None:
-            log.log(level, "%s: " + message + " (%d similar lines suppressed)", self._name, *args, suppressed)
+        log_throttled(log, self._throttle, f"{self._name}:{kind}", level, "%s: " + message, self._name, *args)
 
     def _accept_loop(self) -> None:
         while not self._stopping:

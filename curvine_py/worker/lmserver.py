@@ -42,8 +42,11 @@ from curvine_py.transport.blocking import HeadReader, recv_exactly_into, set_sen
 from curvine_py.worker.limits import UNBOUNDED, ConnectionGate, ServerLimits
 from curvine_py.worker.listener import Listener, bind_tcp
 from curvine_py.worker.lmauth import PeerFilter
+from curvine_py.worker.throttle import LogThrottle, log_throttled
 
 log = logging.getLogger(__name__)
+# Per-request failures (an owner worker down: every put and get fails) are logged rate-limited.
+_throttle = LogThrottle()
 
 
 def _quickack(sock: socket.socket) -> None:
@@ -98,7 +101,8 @@ class LmSession:
         except Timeout as exc:
             log.info("lm:// %s: %s; closing the connection", self._peer, exc)
         except (ProtocolError, TooLarge) as exc:
-            log.warning("lm:// %s: %s; closing the connection", self._peer, exc)
+            log_throttled(log, _throttle, "garbage", logging.WARNING, "lm:// %s: %s; closing the connection",
+                          self._peer, exc)
         except (OSError, Unavailable) as exc:
             log.info("lm:// %s went away: %s", self._peer, exc)
         finally:
@@ -124,7 +128,8 @@ class LmSession:
         try:
             self._kv.put(request.key, payload, user_meta=request.meta.pack())
         except CurvineError as exc:
-            log.warning("lm:// put %s failed (it stays a miss): %s", request.key, exc)
+            log_throttled(log, _throttle, "put", logging.WARNING, "lm:// put %s failed (it stays a miss): %s",
+                          request.key, exc)
 
     def _receive(self, key: str) -> tuple[memoryview, bytes] | None:
         """The object (in the session buffer) and its stored descriptor, or None on a miss."""
@@ -142,7 +147,8 @@ class LmSession:
         try:
             found = self._receive(key)
         except CurvineError as exc:
-            log.warning("lm:// get %s failed, answering a miss: %s", key, exc)
+            log_throttled(log, _throttle, "get", logging.WARNING, "lm:// get %s failed, answering a miss: %s",
+                          key, exc)
             found = None
         if found is None:
             self._sock.sendall(lmproto.FAIL_REPLY)
@@ -160,7 +166,8 @@ class LmSession:
         try:
             return self._kv.exists_prefix([key], pin=True) == 1
         except CurvineError as exc:
-            log.warning("lm:// exist %s failed, answering a miss: %s", key, exc)
+            log_throttled(log, _throttle, "exist", logging.WARNING, "lm:// exist %s failed, answering a miss: %s",
+                          key, exc)
             return False
 
 

@@ -82,7 +82,7 @@ from curvine_py.worker.refuser import Refuser, error_frame
 from curvine_py.worker.scrub import Verdict, scrub
 from curvine_py.worker.store import Store
 from curvine_py.worker.storedfile import StoredFile
-from curvine_py.worker.throttle import LogThrottle
+from curvine_py.worker.throttle import LogThrottle, log_throttled
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +94,8 @@ OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
 _throttle = LogThrottle()
 
 
-def _log_throttled(kind: str, level: int, message: str, *args: object) -> None:
-    suppressed = _throttle.allow(kind)
-    if suppressed is not None:
-        log.log(level, message + " (%d similar lines suppressed)", *args, suppressed)
+def _log_throttled(kind: str, level: int, message: str, *args: object, exc_info: bool = False) -> None:
+    log_throttled(log, _throttle, kind, level, message, *args, exc_info=exc_info)
 
 
 class WorkerState:
@@ -188,9 +186,9 @@ class Session:
         except (OSError, Unavailable, _PeerGone) as exc:
             log.debug("connection from %s ended: %s", self._peer, exc)
         except CurvineError as exc:   # e.g. a stored file shorter than its header while sending it
-            log.warning("connection from %s dropped: %s", self._peer, exc)
-        except Exception:
-            log.exception("connection from %s failed", self._peer)
+            _log_throttled("dropped", logging.WARNING, "connection from %s dropped: %s", self._peer, exc)
+        except Exception:  # noqa: BLE001 (a bug ends only this connection; logged with its traceback)
+            _log_throttled("failed", logging.ERROR, "connection from %s failed", self._peer, exc_info=True)
         finally:
             # FIN right after the last reply; unread request bytes (a refused payload) may still
             # make the kernel answer with RST, which is fine: the reply went out first.
@@ -225,13 +223,13 @@ class Session:
             prefix = frames.decode_prefix(raw, max_payload=self._options.max_payload, expect_response=False)
         except (TooLarge, ProtocolError) as exc:
             # Refused before reading anything more: an oversized payload is never read or buffered.
-            log.warning("refusing frame from %s: %s", self._peer, exc)
+            _log_throttled("garbage", logging.WARNING, "refusing frame from %s: %s", self._peer, exc)
             self._send_raw_error(code, request_id, exc)
             return False
         try:
             header = self._read_header(prefix.header_length)
         except ProtocolError as exc:
-            log.warning("malformed header from %s: %s", self._peer, exc)
+            _log_throttled("garbage", logging.WARNING, "malformed header from %s: %s", self._peer, exc)
             self._send_error(prefix, exc)
             return False
         if not self._authenticated and prefix.op != frames.Op.HELLO:
@@ -259,8 +257,9 @@ class Session:
                                self._peer, exc)
                 self._send_error(prefix, CurvineError(str(exc), errno=exc.errno or errno.EIO))
             return True
-        except Exception as exc:
-            log.exception("internal error serving %s to %s", prefix.op.name, self._peer)
+        except Exception as exc:  # noqa: BLE001 (answered EIO, logged with its traceback)
+            _log_throttled("internal", logging.ERROR, "internal error serving %s to %s", prefix.op.name, self._peer,
+                           exc_info=True)
             self._send_error(prefix, CurvineError(f"internal error: {exc}"))
             return False
         self._drain()

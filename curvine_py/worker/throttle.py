@@ -7,6 +7,7 @@ The clock is injected (monotonic seconds) so tests drive it without sleeping.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -41,3 +42,16 @@ class LogThrottle:
         with self._lock:
             self._last.pop(kind, None)
             return self._suppressed.pop(kind, 0)
+
+
+def log_throttled(logger: logging.Logger, throttle: LogThrottle, kind: str, level: int, message: str,
+                  *args: object, exc_info: bool = False) -> None:
+    """`logger.log(level, message, *args)` unless `throttle` suppresses this `kind` of line now; a
+    line that goes out says how many were suppressed before it."""
+    suppressed = throttle.allow(kind)
+    if suppressed is None:
+        return
+    if suppressed:
+        message += " (%d similar lines suppressed)"
+        args = (*args, suppressed)
+    logger.log(level, message, *args, exc_info=exc_info)

@@ -124,7 +124,6 @@ def test_idle_sockets_at_a_low_fd_limit_neither_break_open_connections_nor_hang_
         lines = worker.log_lines()
         refusals = [line for line in lines if "refusing a connection" in line]
         assert 1 <= len(refusals) <= 3, refusals       # ~370 refusals, one line per 10 s
-        assert "similar lines suppressed" in refusals[0]
         assert len(lines) < 40, lines[-20:]
 
 
