@@ -364,7 +364,9 @@ def remote(root: pathlib.Path, args: Any, *, geometry: dict[str, Any], count: in
         data.mkdir(parents=True)
         worker = start("scenario-worker", [*ns.prefix, *curvine_command(
             "worker", "--master", cluster.master_address, "--data-dir", str(data), "--host", ns.address,
-            "--port", "0", "--node", "ns-worker", "--token", TOKEN, "--lm-port", "-1")], ready_prefix="worker=")
+            "--port", "0", "--node", "ns-worker", "--token", TOKEN, "--lm-port", "-1",
+            # the bench client is in another namespace: a reachable lm:// port, on purpose
+            "--lm-host", ns.address, "--lm-insecure")], ready_prefix="worker=")
         stack.callback(worker.stop)
         cluster.wait_for_live_workers(1)
         raw = stack.enter_context(raw_server(ns.address, data / "raw", prefix=ns.prefix))
