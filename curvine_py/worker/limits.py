@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 FD_HEADROOM = 128
 FDS_PER_CONNECTION = 2
 MIN_CONNECTIONS = 8
+# Auto sizing stops here whatever the fd limit: a thread per connection (8 MiB of address space and
+# a kernel task each) is the next resource to run out.
+MAX_AUTO_CONNECTIONS = 16384
 DEFAULT_IDLE_TIMEOUT_S = 300.0
 DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_AUTH_TIMEOUT_S = 10.0
@@ -49,7 +52,8 @@ class ServerLimits:
 
     def resolved(self, fd_limit: int) -> ServerLimits:
         """The limits with every 0 = auto replaced, for a process allowed `fd_limit` descriptors."""
-        total = self.max_connections or max(MIN_CONNECTIONS, (fd_limit - FD_HEADROOM) // FDS_PER_CONNECTION)
+        total = self.max_connections or max(MIN_CONNECTIONS, min(MAX_AUTO_CONNECTIONS,
+                                                                 (fd_limit - FD_HEADROOM) // FDS_PER_CONNECTION))
         per_peer = min(self.max_per_peer or max(1, total // 2), total)
         return replace(self, max_connections=total, max_per_peer=per_peer)
 

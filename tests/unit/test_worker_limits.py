@@ -55,6 +55,7 @@ def test_limits_are_sized_from_the_fd_limit_and_validated() -> None:
     assert ServerLimits(max_connections=10).resolved(1024).max_per_peer == 5
     assert ServerLimits(max_connections=10, max_per_peer=50).resolved(64).max_per_peer == 10
     assert ServerLimits().resolved(100).max_connections == 8           # never below the minimum
+    assert ServerLimits().resolved(1 << 20).max_connections == 16384   # nor above a thread budget
     for bad in ({"max_connections": -1}, {"idle_timeout_s": -1.0}, {"header_timeout_s": -0.5}):
         with pytest.raises(InvalidArgument):
             ServerLimits(**bad)   # type: ignore[arg-type]
