@@ -403,7 +403,7 @@ class Session:
             try:
                 digests = stored.range_digests(header.offset, count)
             except Corrupt:
-                self._store.drop_bad(self._store.block_name(header.block_id))
+                self._store.drop_bad(self._store.block_name(header.block_id), stored)
                 raise
         except BaseException:
             stored.close()

@@ -322,11 +322,21 @@ class Store:
                 return False
         return self.drop_if_current(name, entry)
 
-    def drop_bad(self, name: str) -> None:
-        """Drops a copy known to be bad; a block is reported to the master in the next heartbeat."""
+    def drop_bad(self, name: str, copy: StoredFile | None = None) -> None:
+        """Drops a copy known to be bad; a block is reported to the master in the next heartbeat.
+        With `copy` (the open file found bad), only if the name still points at that very file: a
+        copy rewritten meanwhile is good and stays."""
         with self.lock:
-            if not self._inventory.drop_bad(name):
+            entry = self._inventory.get(name)
+            if entry is None:
                 return
+            if copy is not None and copy.fd >= 0:
+                try:
+                    if os.stat(self._inventory.path_of(entry)).st_ino != os.fstat(copy.fd).st_ino:
+                        return
+                except FileNotFoundError:
+                    pass
+            self._inventory.drop_bad(name)
         log.error("dropped bad copy %s", name)
 
     # -- eviction support (call with `lock` held) ----------------------------------------------------

@@ -148,3 +148,19 @@ def test_a_copy_rewritten_meanwhile_is_not_dropped(store: Store) -> None:
 def test_a_negative_rate_is_refused(store: Store) -> None:
     with pytest.raises(ValueError):
         Scrubber(store, rate=-1)
+
+
+def test_a_bad_read_drops_only_the_copy_it_read(store: Store) -> None:
+    store.write_block(6, os.urandom(2 * MiB))
+    flip_bit(block_path(store, 6), 10)
+    stale = store.open_block(6)
+    assert stale is not None
+    store.write_block(6, b"rewritten, good")                    # replaced after the bad copy was opened
+    with stale:
+        store.drop_bad(store.block_name(6), stale)              # what READ_BLOCK does on a bad range
+    assert store.contains_block(6) and store.take_reports() == ([], [])
+    current = store.open_block(6)
+    assert current is not None
+    with current:
+        store.drop_bad(store.block_name(6), current)            # the copy it names: dropped
+    assert not store.contains_block(6) and store.take_reports() == ([], [6])
