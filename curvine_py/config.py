@@ -114,12 +114,15 @@ class MountConfig:
     max_tasks: int = 64               # concurrent FUSE requests served
     max_background: int = 64
     log_level: str = "INFO"
+    atime: str = "relatime"           # relatime, strictatime or noatime (-o); see fuse/atime.py
     fuse_read_ahead: int = 0          # bytes the mount itself fetches ahead of a sequential reader
     fuse_data_threads: int = 8        # concurrent data calls; 2-core machines gain nothing beyond
     fuse_trio_reads: bool = True      # reads on trio sockets (fuse/dataplane.py) when possible
     fuse_switch_interval: float = 0.0005   # sys.setswitchinterval (see fuse/main.py)
 
     def __post_init__(self) -> None:
+        if self.atime not in ("relatime", "strictatime", "noatime"):
+            raise InvalidArgument(f"config atime must be relatime, strictatime or noatime, not {self.atime!r}")
         for name in ("attr_timeout", "entry_timeout", "negative_timeout", "fuse_read_ahead"):
             if getattr(self, name) < 0:
                 raise InvalidArgument(f"config {name} must be >= 0")

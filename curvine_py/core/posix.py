@@ -45,3 +45,20 @@ def kill_suid_sgid(mode: int) -> int:
 def needs_kill(mode: int) -> bool:
     """True when `kill_suid_sgid` would change `mode` (a write must then send a SetAttr first)."""
     return bool(mode & stat.S_ISUID) or (mode & (stat.S_ISGID | stat.S_IXGRP)) == (stat.S_ISGID | stat.S_IXGRP)
+
+
+ATIME_MODES = ("relatime", "strictatime", "noatime")
+RELATIME_MAX_AGE_NS = 24 * 3600 * 10**9      # relatime still updates an atime older than a day
+
+
+def atime_due(mode: str, atime_ns: int, mtime_ns: int, ctime_ns: int, now_ns: int) -> bool:
+    """Whether a read at `now_ns` moves the access time (mount(8)): never with noatime, always
+    with strictatime; with relatime (the Linux default) only when the atime is not after the
+    mtime or the ctime (the first read after a change), or is more than a day old."""
+    if mode == "noatime":
+        return False
+    if mode == "strictatime":
+        return now_ns > atime_ns
+    if mode != "relatime":
+        raise InvalidArgument(f"unknown atime mode {mode!r} (one of {', '.join(ATIME_MODES)})")
+    return atime_ns <= mtime_ns or atime_ns <= ctime_ns or now_ns - atime_ns > RELATIME_MAX_AGE_NS

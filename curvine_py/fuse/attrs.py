@@ -38,9 +38,11 @@ class Timeouts:
 
 
 def entry_attributes(attr: cpb.Attr, inodes: InodeMap, timeouts: Timeouts, *,
-                     size: int | None = None, mtime_ns: int | None = None) -> pyfuse3.EntryAttributes:
+                     size: int | None = None, mtime_ns: int | None = None,
+                     atime_ns: int | None = None) -> pyfuse3.EntryAttributes:
     """`size`/`mtime_ns` override the master's values for a file this mount holds open with
-    uncommitted writes (the kernel must never see it shrink back to the committed size)."""
+    uncommitted writes (the kernel must never see it shrink back to the committed size);
+    `atime_ns`, an access time noted by a read and not yet sent (fuse/atime.py)."""
     entry = pyfuse3.EntryAttributes()
     entry.st_ino = inodes.to_fuse(attr.ino)
     entry.generation = attr.generation
@@ -54,7 +56,7 @@ def entry_attributes(attr: cpb.Attr, inodes: InodeMap, timeouts: Timeouts, *,
     entry.st_size = attr.size if size is None else size
     entry.st_blksize = BLKSIZE
     entry.st_blocks = -(-entry.st_size // 512)
-    entry.st_atime_ns = attr.atime_ns
+    entry.st_atime_ns = attr.atime_ns if atime_ns is None else max(atime_ns, attr.atime_ns)
     entry.st_mtime_ns = attr.mtime_ns if mtime_ns is None else mtime_ns
     entry.st_ctime_ns = attr.ctime_ns if mtime_ns is None else max(mtime_ns, attr.ctime_ns)
     return entry

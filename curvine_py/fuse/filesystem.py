@@ -1,12 +1,14 @@
 """The mount's semantics, in master inode numbers and str names, as one object built from its
 parts: the shared context (fuse/context.py: calls, attribute cache, commit), the session task
 (leases and heartbeat), names (fuse/nodes.py), open files (fuse/handles.py), setattr rules
-(fuse/setattrs.py), listings (fuse/readdir.py) and xattrs (fuse/xattrs.py). Operations (the
+(fuse/setattrs.py), listings (fuse/readdir.py), xattrs (fuse/xattrs.py) and access times
+(fuse/atime.py). Operations (the
 pyfuse3 side) calls the parts directly; this class only wires them and answers statfs.
 """
 from __future__ import annotations
 
 from curvine_py.client import CurvineClient
+from curvine_py.fuse.atime import AtimeUpdates
 from curvine_py.fuse.context import MountContext
 from curvine_py.fuse.dataplane import TrioBlockReader
 from curvine_py.fuse.handles import Files
@@ -24,13 +26,14 @@ class Filesystem:
     def __init__(self, client: CurvineClient, offload: Offload, *, root: int, node: str,
                  read_only: bool = False, attr_ttl: float = 0.0, names_ttl: float = 0.0,
                  reader: TrioBlockReader | None = None, dir_leases: bool = True,
-                 read_ahead: int = 0) -> None:
+                 read_ahead: int = 0, atime: str = "relatime") -> None:
         self.ctx = MountContext(client, offload, root=root, node=node, read_only=read_only,
                                 attr_ttl=attr_ttl, names_ttl=names_ttl, dir_leases=dir_leases)
         self.root = root
         self.session = SessionTask(self.ctx)
         self.nodes = Nodes(self.ctx, self.session)
-        self.files = Files(self.ctx, self.session, reader=reader, read_ahead=read_ahead)
+        self.atime = AtimeUpdates(self.ctx, atime)
+        self.files = Files(self.ctx, self.session, reader=reader, read_ahead=read_ahead, atime=self.atime)
         self.setter = AttrSetter(self.ctx)
         self.dirs = Directories(self.ctx, self.nodes)
         self.xattrs = Xattrs(self.ctx)

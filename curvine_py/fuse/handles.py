@@ -18,6 +18,7 @@ from curvine_py.client.files import CurvineFile
 from curvine_py.core.errors import AlreadyExists, CurvineError
 from curvine_py.core.posix import kill_suid_sgid, needs_kill
 from curvine_py.core.rules import verifiable_range
+from curvine_py.fuse.atime import AtimeUpdates
 from curvine_py.fuse.context import MountContext
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
 from curvine_py.fuse.readbuf import POOLED
@@ -31,8 +32,9 @@ log = logging.getLogger(__name__)
 
 class Files:
     def __init__(self, ctx: MountContext, session: SessionTask, *, reader: TrioBlockReader | None = None,
-                 read_ahead: int = 0) -> None:
+                 read_ahead: int = 0, atime: AtimeUpdates | None = None) -> None:
         self.ctx = ctx
+        self.atime = atime
         self.session = session
         self.reader = reader
         # Bytes fetched ahead of a sequential reader, in the background: the kernel's own read-ahead
@@ -136,6 +138,8 @@ class Files:
             n = await self._fast_read(opened, offset, buffer[:size])  # trio sockets: no thread hop
         if n is None:
             n = await self.ctx.read_data(opened.file.pread_into, offset, buffer[:size])
+        if self.atime is not None:
+            self.atime.read(self.ctx.attrs.get(opened.ino) or opened.file.attr)
         buffers.defer(buffer)   # no await from here to the reply (readbuf.py)
         return buffer[:n]
 

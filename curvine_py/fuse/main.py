@@ -62,7 +62,7 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
     fs = Filesystem(client, offload, root=root, node=client.node, read_only=options.read_only,
                     attr_ttl=options.attr_timeout,
                     names_ttl=min(options.entry_timeout, options.attr_timeout), reader=reader,
-                    read_ahead=options.read_ahead)
+                    read_ahead=options.read_ahead, atime=options.atime)
     ops = Operations(fs, Timeouts(options.attr_timeout, options.entry_timeout, options.negative_timeout),
                      writeback_cache=options.writeback_cache, direct_io=options.direct_io,
                      keep_cache=options.keep_cache)
@@ -72,13 +72,16 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
             nursery.start_soon(_stop_on_signal)
             nursery.start_soon(_announce, options)
             nursery.start_soon(fs.session.run)
+            nursery.start_soon(fs.atime.run)
             await pyfuse3.main(min_tasks=2, max_tasks=options.max_tasks)
             fs.session.stop()
+            fs.atime.stop()
             nursery.cancel_scope.cancel()
     finally:
         with trio.move_on_after(options.deadline_s) as scope:
             scope.shield = True
             await fs.files.commit_all()
+            await fs.atime.flush()
         still_mounted = mountpoint.is_mounted(options.mountpoint)
         pyfuse3.close(unmount=still_mounted)
         log.info("unmounted %s", options.mountpoint)

@@ -77,7 +77,8 @@ class Operations(pyfuse3.Operations):
 
     def _entry(self, attr: cpb.Attr) -> pyfuse3.EntryAttributes:
         size, mtime = self.fs.overlay(attr)
-        return entry_attributes(attr, self.inodes, self.timeouts, size=size, mtime_ns=mtime)
+        return entry_attributes(attr, self.inodes, self.timeouts, size=size, mtime_ns=mtime,
+                                atime_ns=self.fs.atime.shown(attr.ino))
 
     def _reference(self, attr: cpb.Attr) -> pyfuse3.EntryAttributes:
         entry = self._entry(attr)

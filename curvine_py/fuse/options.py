@@ -58,6 +58,7 @@ class MountOptions:
     data_threads: int
     trio_reads: bool
     switch_interval: float
+    atime: str                    # relatime, strictatime or noatime
 
     @property
     def read_only(self) -> bool:
@@ -137,6 +138,9 @@ def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions
                 fuse_options.discard("allow_other")
             elif key in ("writeback_cache", "direct_io", "keep_cache") and not eq:
                 flags[key] = True
+            elif key in ("relatime", "strictatime", "noatime") and not eq:
+                # The mount updates atimes itself (fuse/atime.py); libfuse refuses strictatime.
+                flags["atime"] = key
             elif (key in _LIBFUSE_FLAGS and not eq) or (key in _LIBFUSE_VALUED and eq):
                 if key == "rw":
                     fuse_options.discard("ro")
@@ -167,4 +171,4 @@ def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions
         deadline_s=cfg.deadline_s, force=args.force, read_ahead_kb=cfg.read_ahead_kb, max_tasks=cfg.max_tasks,
         max_background=cfg.max_background, config=args.config, log_level=cfg.log_level.upper(),
         read_ahead=cfg.fuse_read_ahead, data_threads=cfg.fuse_data_threads, trio_reads=cfg.fuse_trio_reads,
-        switch_interval=cfg.fuse_switch_interval)
+        switch_interval=cfg.fuse_switch_interval, atime=cfg.atime)

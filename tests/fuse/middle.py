@@ -98,6 +98,7 @@ class Rig:
                 await scenario(ops)
             assert self.fs is not None
             await self.fs.files.commit_all()
+            await self.fs.atime.flush()
         trio.run(main)
         assert fsck(self.cluster) == []
 

@@ -587,3 +587,50 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def _read(path: pathlib.Path) -> bytes:
+    with open(path, "rb") as fh:     # each open drops the page cache (keep_cache off): the read reaches the mount
+        return fh.read()
+
+
+def test_relatime_moves_atime_on_the_first_read_after_a_change(d: pathlib.Path, shared_cluster: Cluster,
+                                                               shared_mount: Mount) -> None:
+    path = d / "f"
+    path.write_bytes(b"data")
+    before = path.stat()
+    assert before.st_atime_ns <= before.st_mtime_ns
+    time.sleep(0.01)                     # so the new atime is visibly later on this clock
+    _read(path)
+    first = path.stat()
+    assert first.st_atime_ns > before.st_atime_ns, "the first read after a write moves atime"
+    assert first.st_ctime_ns == before.st_ctime_ns and first.st_mtime_ns == before.st_mtime_ns
+    _read(path)
+    assert path.stat().st_atime_ns == first.st_atime_ns, "relatime: not again until the next change"
+    client = shared_cluster.client()
+    relative = "/" + str(path.relative_to(shared_mount.path))   # the shared mount shows the namespace root
+    wait_until(lambda: client.fs.stat(relative).atime_ns == first.st_atime_ns, 10,
+               "the batched atime update reaches the master")
+    assert client.fs.stat(relative).ctime_ns == before.st_ctime_ns, "an atime update keeps ctime"
+
+
+@pytest.mark.parametrize("option", ["noatime", "strictatime"])
+def test_noatime_and_strictatime(shared_cluster: Cluster, tmp_path: pathlib.Path, option: str) -> None:
+    import tempfile
+    where = pathlib.Path(tempfile.mkdtemp(prefix="curvine-mnt-"))
+    try:
+        with Mount(shared_cluster.master_address, where, args=["-o", option]) as mount:
+            path = mount.path / f"atime-{option}"
+            path.write_bytes(b"data")
+            _read(path)
+            first = path.stat()
+            time.sleep(0.01)
+            _read(path)
+            second = path.stat()
+            if option == "noatime":
+                assert second.st_atime_ns == first.st_atime_ns <= first.st_mtime_ns
+            else:
+                assert second.st_atime_ns > first.st_atime_ns > first.st_mtime_ns, "every read moves it"
+            path.unlink()
+    finally:
+        where.rmdir()

@@ -12,6 +12,7 @@ from curvine_py.core.errors import InvalidArgument
 from curvine_py.core.posix import (
     RENAME_EXCHANGE,
     RENAME_NOREPLACE,
+    atime_due,
     check_rename_flags,
     inherit_from_parent,
     kill_suid_sgid,
@@ -58,3 +59,25 @@ def test_rename_flags(flags: int) -> None:
     else:
         with pytest.raises(InvalidArgument):
             check_rename_flags(flags)
+
+
+DAY = 24 * 3600 * 10**9
+
+
+@given(st.integers(0, 10**18), st.integers(0, 10**18), st.integers(0, 10**18), st.integers(0, 2 * DAY))
+def test_atime_modes(atime: int, mtime: int, ctime: int, later: int) -> None:
+    now = max(atime, mtime, ctime) + later
+    assert not atime_due("noatime", atime, mtime, ctime, now)
+    assert atime_due("strictatime", atime, mtime, ctime, now) == (now > atime)
+    relatime = atime_due("relatime", atime, mtime, ctime, now)
+    assert relatime == (atime <= mtime or atime <= ctime or now - atime > DAY)
+    if relatime:
+        assert atime_due("strictatime", atime, mtime, ctime, now) or now == atime
+
+
+def test_atime_examples_and_bad_mode() -> None:
+    assert atime_due("relatime", 5, 10, 10, 11), "first read after a write"
+    assert not atime_due("relatime", 12, 10, 10, 13), "read again soon after: no update"
+    assert atime_due("relatime", 12, 10, 10, 12 + DAY + 1), "a day later: updated once more"
+    with pytest.raises(InvalidArgument, match="atime mode"):
+        atime_due("lazytime", 0, 0, 0, 1)

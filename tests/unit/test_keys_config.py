@@ -81,6 +81,12 @@ def test_mount_settings_layer_defaults_toml_env_flags(tmp_path) -> None:  # type
             (["/m", "--master", "h:1"], {"CURVINE_FUSE_SWITCH_INTERVAL": "-1"}, "fuse_switch_interval")):
         with pytest.raises(InvalidArgument, match=name):
             parse(argv, env=env)
+    relaxed = parse(["/m", "--master", "h:1", "-o", "noatime"], env={})
+    assert relaxed.atime == "noatime" and "noatime" not in relaxed.libfuse_options()
+    assert parse(["/m", "--master", "h:1"], env={}).atime == "relatime"
+    assert parse(["/m", "--master", "h:1", "-o", "strictatime"], env={"CURVINE_ATIME": "noatime"}).atime == "strictatime"
+    with pytest.raises(InvalidArgument, match="atime"):
+        parse(["/m", "--master", "h:1"], env={"CURVINE_ATIME": "sometimes"})
     toml.write_text("[mount]\nattr_timout = 1\n")
     with pytest.raises(InvalidArgument, match="attr_timout"):
         parse(["/m", "--master", "h:1", "--config", str(toml)], env={})

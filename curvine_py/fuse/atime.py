@@ -1,0 +1,90 @@
+"""Access times of files read through this mount (`-o relatime` (default), `strictatime`,
+`noatime`; the rule is core.posix.atime_due).
+
+Why batched: an atime update is a master write; one per read would make every read a metadata
+transaction. A read only notes the new atime here (shown at once in this mount's attributes);
+`run()` sends the noted ones every BATCH_S, at most one SetAttr per inode per batch, and the
+shutdown sends what is left. An update is best effort: one that fails is dropped (logged).
+
+The ctime: the master moves ctime on every SetAttr unless told a value, so each update carries
+the ctime the read saw. A change made on another node between that read and the batch (under
+BATCH_S) would get its ctime put back to the older value; docs/fuse.md lists this.
+
+Reads answered from the kernel's page cache never reach the mount (keep_cache is off by default,
+so the first read after each open does).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import trio
+
+from curvine_py.core.errors import CurvineError, NotFound
+from curvine_py.core.posix import ATIME_MODES, atime_due
+from curvine_py.fuse.context import MountContext
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.proto.curvine.v1 import master_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+BATCH_S = 1.0
+
+
+class AtimeUpdates:
+    def __init__(self, ctx: MountContext, mode: str = "relatime", *, batch_s: float = BATCH_S,
+                 clock_ns: Callable[[], int] = time.time_ns) -> None:
+        if mode not in ATIME_MODES:
+            raise ValueError(f"atime mode {mode!r}")
+        self.ctx = ctx
+        self.mode = mode
+        self.batch_s = batch_s
+        self._clock_ns = clock_ns
+        self._pending: dict[int, tuple[int, int]] = {}    # ino -> (atime to set, ctime the read saw)
+        self._scope: trio.CancelScope | None = None
+        self._stopped = False
+
+    def read(self, attr: cpb.Attr) -> None:
+        """A read of the file whose latest known attributes are `attr` just reached the mount."""
+        if self.mode == "noatime":
+            return
+        now = self._clock_ns()
+        noted = self._pending.get(attr.ino)
+        atime = noted[0] if noted is not None else attr.atime_ns
+        if atime_due(self.mode, atime, attr.mtime_ns, attr.ctime_ns, now):
+            self._pending[attr.ino] = (now, attr.ctime_ns)
+
+    def shown(self, ino: int) -> int | None:
+        """The atime to show for `ino` while its update waits for the batch."""
+        noted = self._pending.get(ino)
+        return noted[0] if noted is not None else None
+
+    async def flush(self) -> None:
+        batch, self._pending = self._pending, {}
+        for ino, (atime, ctime) in batch.items():
+            request = pb.SetAttrRequest(ino=ino, atime_ns=atime, ctime_ns=ctime)
+            try:
+                attr: cpb.Attr = await self.ctx.call(self.ctx.master.setattr, request)
+            except NotFound:
+                continue             # removed meanwhile: nothing to update
+            except CurvineError as exc:
+                log.debug("atime update of inode %d dropped: %s", ino, exc)
+                continue
+            self.ctx.attrs.drop(ino)
+            self.ctx.note(attr)
+
+    async def run(self) -> None:
+        with trio.CancelScope() as scope:
+            self._scope = scope
+            if self._stopped or self.mode == "noatime":
+                return
+            while True:
+                await trio.sleep(self.batch_s)
+                if self._pending:
+                    await self.flush()
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._scope is not None:
+            self._scope.cancel()
