@@ -267,6 +267,50 @@ def test_the_docs_name_many_commands() -> None:
         assert name in found, name
 
 
+_LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(markdown: str) -> set[str]:
+    return {_slug(line.lstrip("#")) for line in _without_code(markdown) if re.match(r"^#{1,6} ", line)}
+
+
+def _without_code(markdown: str) -> list[str]:
+    kept: list[str] = []
+    fence = ""
+    for line in markdown.splitlines():
+        match = _FENCE.match(line)
+        if fence:
+            fence = "" if line.strip().startswith(fence) else fence
+        elif match:
+            fence = match.group(1)
+        else:
+            kept.append(line)
+    return kept
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_every_relative_link_leads_somewhere(document: str) -> None:
+    source = ROOT / document
+    broken = []
+    for number, line in enumerate(_without_code(source.read_text()), 1):
+        for target in _LINK.findall(re.sub(r"`[^`]*`", "", line)):
+            if re.match(r"^[a-z]+:", target):       # http:, https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = (source.parent / path).resolve() if path else source
+            if not resolved.exists():
+                broken.append(f"{target}: no such file")
+            elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved.read_text()):
+                broken.append(f"{target}: no heading with that anchor")
+    assert not broken, f"{document}: " + "; ".join(broken)
+
+
 CHECKED = """
 Run `curvine-py master --lease-ms 5` or `curvine-py master --lese-ms 5`.
 
