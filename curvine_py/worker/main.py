@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="data-plane TCP port (0 = any free port)")
     p.add_argument("--node", help="node name (default: hostname)")
     p.add_argument("--token", help="shared-secret token (HELLO on the data plane, gRPC metadata)")
+    config.add_token_file_option(p)
     p.add_argument("--insecure", action="store_true", default=None,
                    help="allow listening on a non-loopback address without a token")
     p.add_argument("--config", help="TOML file with a [worker] section")

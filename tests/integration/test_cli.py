@@ -215,8 +215,8 @@ def test_master_worker_and_mount_read_their_token_from_a_file(tmp_path: pathlib.
         started.append(master)
         (tmp_path / "w").mkdir()
         started.append(start("worker", curvine_command("worker", "--master", master.address, "--data-dir",
-                                                       str(tmp_path / "w"), "--port", "0"),
-                             ready_prefix="worker=", env={"CURVINE_TOKEN_FILE": str(token_file)}))
+                                                       str(tmp_path / "w"), "--port", "0",
+                                                       "--token-file", str(token_file)), ready_prefix="worker="))
         (tmp_path / "mnt").mkdir()
         started.append(start("mount", curvine_command("mount", "--master", master.address, str(tmp_path / "mnt"),
                                                       "--token-file", str(token_file)), ready_prefix="mounted="))
