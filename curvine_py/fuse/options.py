@@ -69,7 +69,11 @@ class MountOptions:
         options.discard("rw")
         if not any(o.startswith("fsname=") for o in options):
             options.add(f"fsname=curvine:{self.subdir}")
-        if not any(o.startswith("subtype=") for o in options):
+        if "subtype=" in options:
+            # `-o subtype=` (empty): no subtype, so the mount's type is plain `fuse` (tools and test
+            # harnesses that match the type); libfuse itself refuses an empty value.
+            options.discard("subtype=")
+        elif not any(o.startswith("subtype=") for o in options):
             options.add("subtype=curvine")
         return options
 
@@ -146,6 +150,8 @@ def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions
                     fuse_options.discard("ro")
                 elif key == "ro":
                     fuse_options.discard("rw")
+                elif eq:            # a valued option given again: the last one counts
+                    fuse_options -= {o for o in fuse_options if o.startswith(key + "=")}
                 fuse_options.add(item)
             else:
                 raise InvalidArgument(f"unknown mount option {item!r}")

@@ -157,3 +157,18 @@ def test_timeouts_and_writeback_options_mount(cluster: Cluster, tmp_path: pathli
         assert os.stat(mount.path / "f").st_size == 409600
         client = cluster.client()
         wait_until(lambda: client.fs.stat("/f").size == 409600, 10, "size committed at close")
+
+
+@pytest.mark.parametrize(("options", "source", "fstype"), [
+    ([], None, "fuse.curvine"),
+    (["-o", "subtype=,fsname=plainfs"], "plainfs", "fuse"),
+    (["-o", "fsname=first", "-o", "fsname=kvstore,subtype=cv"], "kvstore", "fuse.cv"),
+])
+def test_fsname_and_subtype_options_are_honoured(cluster: Cluster, tmp_path: pathlib.Path,
+                                                 options: list[str], source: str | None, fstype: str) -> None:
+    """`-o subtype=` (empty) gives a plain `fuse` mount type, as harnesses matching the type need."""
+    with Mount(cluster.master_address, tmp_path / "mnt", args=options) as mount:
+        fields = next(line.split() for line in pathlib.Path("/proc/self/mounts").read_text().splitlines()
+                      if line.split()[1] == str(mount.path))
+        assert fields[2] == fstype
+        assert fields[0] == (source if source is not None else "curvine:/")
