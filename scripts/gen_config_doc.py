@@ -147,6 +147,60 @@ def loaded_sections() -> dict[str, dict[str, list[str]]]:
     return found
 
 
+def _imports(tree: ast.Module) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return found
+
+
+def _flag_dests(tree: ast.Module) -> dict[str, str]:
+    """Setting -> the parsed argument it is taken from, in `{"setting": ...args.DEST...}` literals
+    (the flags a command hands to `load`)."""
+    found: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Dict):
+            continue
+        for key, value in zip(node.keys, node.values):
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                dest = next((n.attr for n in ast.walk(value) if isinstance(n, ast.Attribute)
+                             and isinstance(n.value, ast.Name) and n.value.id == "args"), None)
+                if dest:
+                    found[key.value] = dest
+    return found
+
+
+def setting_flags() -> dict[str, dict[str, list[tuple[str, str]]]]:
+    """Config class name -> setting -> (flag, its help) for the flags that set it, over every command
+    that loads the class (in its own module or one it imports): the flag the command hands to `load`
+    for that setting, else the flag of the setting's name."""
+    trees = dict(_python_files())
+    sections = loaded_sections()
+    found: dict[str, dict[str, list[tuple[str, str]]]] = {}
+    for command in DOCUMENTED_COMMANDS:
+        module = SUBCOMMANDS[command][0]
+        near = {module} | (_imports(trees[module]) & set(trees))
+        mapping: dict[str, str] = {}
+        for name in sorted(near):
+            mapping.update(_flag_dests(trees[name]))
+        taken = set(mapping.values())
+        parser = command_parser(command)
+        options = {a.dest: (a.option_strings[-1], _help(a, parser)) for a in parser._actions if a.option_strings}
+        for cls_name, by_section in sections.items():
+            if not near & {m for users in by_section.values() for m in users}:
+                continue
+            for f in dataclasses.fields(getattr(config, cls_name)):
+                dest = mapping.get(f.name) or (f.name if f.name not in taken else "")
+                if dest in options:
+                    flags = found.setdefault(cls_name, {}).setdefault(f.name, [])
+                    if options[dest][0] not in (flag for flag, _ in flags):
+                        flags.append(options[dest])
+    return found
+
+
 def named_environment() -> dict[str, list[str]]:
     """CURVINE_* names written out in the code (read or set directly, not through `load`) -> modules."""
     found: dict[str, list[str]] = {}
@@ -302,18 +356,23 @@ def flag_table(parser: argparse.ArgumentParser) -> list[str]:
     return rows
 
 
-def settings_section(cls: type[Any], sections: dict[str, list[str]]) -> list[str]:
+def settings_section(cls: type[Any], sections: dict[str, list[str]],
+                     flags: dict[str, list[tuple[str, str]]]) -> list[str]:
     names = ", ".join(f"`[{s}]`" for s in sections)
     users = sorted({m for modules in sections.values() for m in modules})
     lines = [f"### {names} — `{cls.__name__}`", ""]
     if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("):   # not the dataclass-made one
         lines += [" ".join(cls.__doc__.split()), ""]
     lines += [f"Loaded by {', '.join(f'`{u}`' for u in users)}.", "",
-              "| key | environment | type | default | meaning |", "|---|---|---|---|---|"]
+              "| key | environment | flag | type | default | meaning |", "|---|---|---|---|---|---|"]
     for s in settings_of(cls):
         if s.group:
-            lines.append(f"| | | | | *{_cell(s.group)}* |")
-        lines.append(f"| `{s.name}` | `{s.env}` | {s.kind} | {s.default} | {_cell(s.doc)} |")
+            lines.append(f"| | | | | | *{_cell(s.group)}* |")
+        its_flags = flags.get(s.name, [])
+        flag = ", ".join(f"`{f}`" for f, _ in its_flags)
+        # the comment beside the field, else what its flag's help says
+        meaning = _cell(s.doc) or next((text for _, text in its_flags if text), "")
+        lines.append(f"| `{s.name}` | `{s.env}` | {flag} | {s.kind} | {s.default} | {meaning} |")
     return lines + [""]
 
 
@@ -336,8 +395,9 @@ def render() -> str:
         _first_paragraph(config.__doc__),
         "",
         "Every setting below can be given three ways besides its default: as `key = value` in the named",
-        "section of a TOML file passed with `--config FILE`, as the environment variable shown, and (for",
-        "most) as a command-line flag of the role (listed under [Commands](#commands)). A later source wins:",
+        "section of a TOML file passed with `--config FILE`, as the environment variable shown, and (where",
+        "the flag column names one) as a flag of the commands that load it ([Commands](#commands) has",
+        "each command's flags). A later source wins:",
         "defaults < TOML file < `CURVINE_*` environment < flags. A key the section does not define, or a",
         "value of the wrong type, stops the role at start with an error naming it.",
         "",
@@ -350,8 +410,10 @@ def render() -> str:
         "## Settings",
         "",
     ]
+    flags = setting_flags()
     for cls in classes:
-        out += settings_section(cls, sections.get(cls.__name__, {"(not loaded by any command)": []}))
+        out += settings_section(cls, sections.get(cls.__name__, {"(not loaded by any command)": []}),
+                                flags.get(cls.__name__, {}))
     extra = named_environment()
     if extra:
         out += ["## Environment variables named in the code", "",

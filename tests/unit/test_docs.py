@@ -248,7 +248,13 @@ def test_configuration_doc_covers_every_setting_and_flag() -> None:
         for action in gen.command_parser(name)._actions:
             for option in set(action.option_strings) - {"-h", "--help"}:
                 assert f"`{option}`" in text, (name, option)
-    assert "| `lease_ms` | `CURVINE_LEASE_MS` | integer | `5000` | a worker silent this long" in text
+    assert "| `lease_ms` | `CURVINE_LEASE_MS` | `--lease-ms` | integer | `5000` | a worker silent this long" in text
+    # A flag named differently from its setting is found through the flags the command hands to load().
+    assert "| `heartbeat_interval_ms` | `CURVINE_HEARTBEAT_INTERVAL_MS` | `--heartbeat-ms` |" in text
+    known = {o for name in gen.DOCUMENTED_COMMANDS for a in gen.command_parser(name)._actions for o in a.option_strings}
+    shown = re.findall(r"^\| `\w+` \| `CURVINE_\w+` \| ([^|]*) \|", text, re.MULTILINE)
+    assert len(shown) > 50
+    assert {f for cell in shown for f in re.findall(r"`([^`]+)`", cell)} <= known
 
 
 @pytest.mark.parametrize("document", DOCUMENTS)
