@@ -1,7 +1,8 @@
 """Fixtures for real FUSE mounts (root, /dev/fuse).
 
 `shared_mount` is one cluster + one mount per test module (starting them costs ~3 s); `d` gives
-each test its own fresh directory in it, so tests stay independent. Tests that kill or restart
+each test its own fresh directory in it, so tests stay independent. The shared cluster ends with a
+clean fsck (the namespace check and `curvine-py fsck`). Tests that kill or restart
 processes build their own cluster and mount.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.fuse.middle import cluster_fsck, fsck
 from tests.fuse.mounts import Mount
 from tests.harness import Cluster
 
@@ -23,6 +25,11 @@ _dirs = itertools.count()
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with Cluster(tmp_path_factory.mktemp("cluster"), workers=1) as c:
         yield c
+        # Every module's traffic through the mount ends with a clean fsck (issue 11): the
+        # namespace's own check and the metadata against the worker's inventory.
+        assert fsck(c) == []
+        result = cluster_fsck(c)
+        assert result.returncode == 0, result.stdout + result.stderr
 
 
 @pytest.fixture(scope="module")

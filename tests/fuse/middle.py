@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from curvine_py.fuse.filesystem import Filesystem
 from curvine_py.fuse.offload import Offload
 from curvine_py.fuse.operations import Operations
 from curvine_py.master.namespace import Namespace
+from curvine_py.procs import curvine_command
 from tests.harness import Cluster
 
 ROOT = pyfuse3.ROOT_INODE
@@ -67,6 +69,14 @@ def fsck(cluster: Cluster) -> list[str]:
         return store.check()
     finally:
         store.close()
+
+
+def cluster_fsck(cluster: Cluster) -> subprocess.CompletedProcess[str]:
+    """`curvine-py fsck` (metadata against the workers' inventories, replica counts): exit 0 only
+    when clean. Heavier than `fsck` (the workers re-send their inventories): once per cluster."""
+    return subprocess.run(curvine_command("fsck", "--master", cluster.master_address,
+                                          *(["--token", cluster.token] if cluster.token else [])),
+                          capture_output=True, text=True, timeout=120, check=False)
 
 
 class Rig:

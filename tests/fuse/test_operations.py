@@ -15,7 +15,17 @@ import pytest
 from curvine_py.core import layout
 from curvine_py.core.posix import RENAME_EXCHANGE, RENAME_NOREPLACE
 from curvine_py.fuse.operations import Operations
-from tests.fuse.middle import ROOT, ROOT_CTX, FakeContext, Fields, Rig, fsck, fuse_error, patch_readdir
+from tests.fuse.middle import (
+    ROOT,
+    ROOT_CTX,
+    FakeContext,
+    Fields,
+    Rig,
+    cluster_fsck,
+    fsck,
+    fuse_error,
+    patch_readdir,
+)
 from tests.harness import Cluster, random_bytes
 
 MiB = 1 << 20
@@ -27,6 +37,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with Cluster(tmp_path_factory.mktemp("middle"), workers=1) as c:
         yield c
         assert fsck(c) == []
+        result = cluster_fsck(c)
+        assert result.returncode == 0, result.stdout + result.stderr
 
 
 @pytest.fixture
