@@ -67,6 +67,10 @@ class MountContext:
         self.buffers = ReplyBuffers()
         self.attrs = AttrCache(attr_ttl, names=NameCache(names_ttl))
         self.leases = DirLeaseTable(enabled=dir_leases)
+        # Directories removed (rmdir, replaced by rename) through this mount while open here:
+        # fstat of such a descriptor shows nlink 0 until the last releasedir, as on a local file
+        # system, instead of ESTALE. Nothing else is kept: a removed directory is empty.
+        self.removed_dirs: dict[int, cpb.Attr] = {}
         self.creates: Coalescer[pb.CreateRequest, cpb.Attr] = Coalescer(
             lambda request: self.call(self.master.create, request),
             lambda requests: self.call(self.master.create_many, requests))
@@ -143,7 +147,24 @@ class MountContext:
         attr: cpb.Attr = await self.icall(self.master.getattr, ino)
         return attr
 
+    def directory_removed(self, ino: int) -> None:
+        """`ino`, a directory, lost its name here: remembered while a handle of it is open."""
+        opened = [h for h in self.handles.dirs.values() if h.ino == ino]
+        if not opened:
+            return
+        known = self.attrs.get(ino) or next((h.attr for h in opened if h.attr is not None), None)
+        attr = cpb.Attr()
+        if known is not None:
+            attr.CopyFrom(known)
+        attr.ino, attr.type, attr.nlink = ino, cpb.DIRECTORY, 0
+        attr.ctime_ns = max(attr.ctime_ns, time.time_ns())
+        self.removed_dirs[ino] = attr
+        self.attrs.drop(ino)
+
     async def getattr(self, ino: int) -> cpb.Attr:
+        removed = self.removed_dirs.get(ino)
+        if removed is not None:
+            return removed
         cached = self.attrs.get(ino)
         if cached is not None:
             return cached

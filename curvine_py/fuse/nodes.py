@@ -147,6 +147,7 @@ class Nodes:
         ctx.attrs.drop(reply.ino)
         ctx.attrs.drop(parent)         # its nlink shrank
         ctx.leases.lost(reply.ino)     # nothing to answer for in a removed directory: stop renewing
+        ctx.directory_removed(reply.ino)
 
     async def rename(self, parent: int, name: str, new_parent: int, new_name: str, flags: int) -> None:
         ctx = self.ctx
@@ -160,6 +161,8 @@ class Nodes:
         finally:
             # The moved inode's ctime, both parents, a replaced inode: rare enough to drop all.
             ctx.attrs.clear()
+        if reply.replaced_ino and reply.replaced_nlink == 0:
+            ctx.directory_removed(reply.replaced_ino)     # a no-op unless it is a directory open here
         await self._unlinked(reply.replaced_ino, reply.replaced_nlink, kept=keep)
 
     def master_rename(self, parent: int, name: str, new_parent: int, new_name: str, flags: int,

@@ -31,12 +31,18 @@ class Directories:
         self.nodes = nodes
 
     async def opendir(self, ino: int) -> DirHandle:
-        handle = DirHandle(self.ctx.handles.new_id(), ino)
+        # Its attributes (usually cached: the kernel just looked it up), shown if it is removed
+        # while open (context.directory_removed).
+        attr = await self.ctx.getattr(ino)
+        handle = DirHandle(self.ctx.handles.new_id(), ino, attr=attr)
         self.ctx.handles.dirs[handle.fh] = handle
         return handle
 
     def releasedir(self, fh: int) -> None:
-        self.ctx.handles.dirs.pop(fh, None)
+        dirs = self.ctx.handles.dirs
+        handle = dirs.pop(fh, None)
+        if handle is not None and not any(h.ino == handle.ino for h in dirs.values()):
+            self.ctx.removed_dirs.pop(handle.ino, None)
 
     async def readdir(self, fh: int, start: int) -> Iterator[Listed]:
         """Entries after offset `start` (one master page at most); the caller stops consuming
@@ -44,6 +50,8 @@ class Directories:
         handle = self.ctx.handles.dirs.get(fh)
         if handle is None:
             raise CurvineError(f"unknown directory handle {fh}", errno=errno.EBADF)
+        if handle.ino in self.ctx.removed_dirs:
+            return iter(())          # a removed directory lists nothing, not even . and ..
         dots: list[Listed] = []
         if start < 2:
             handle.page_after, handle.page_index = None, {}   # (re)started listing: fresh entries

@@ -85,6 +85,7 @@ class DirHandle:
     page: list[object] = field(default_factory=list)
     page_index: dict[str, int] = field(default_factory=dict)
     page_more: bool = False
+    attr: cpb.Attr | None = None                            # as of opendir: shown if it is removed
 
 
 class Handles:

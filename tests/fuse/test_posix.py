@@ -634,3 +634,27 @@ def test_noatime_and_strictatime(shared_cluster: Cluster, tmp_path: pathlib.Path
             path.unlink()
     finally:
         where.rmdir()
+
+
+def test_fstat_of_an_open_directory_removed_or_replaced_shows_nlink_0(d: pathlib.Path) -> None:
+    """generic/035: a directory removed while open (replaced by rename(2), or rmdir) stays
+    fstat-able with nlink 0 until its last close, as on a local file system; not ESTALE."""
+    (d / "victim").mkdir()
+    (d / "other").mkdir()
+    (d / "gone").mkdir()
+    replaced = os.open(d / "victim", os.O_RDONLY | os.O_DIRECTORY)
+    removed = os.open(d / "gone", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        before = os.fstat(replaced)
+        os.rename(d / "other", d / "victim")
+        os.rmdir(d / "gone")
+        for fd in (replaced, removed):
+            st = os.fstat(fd)
+            assert st.st_nlink == 0 and stat.S_ISDIR(st.st_mode)
+            assert os.listdir(fd) == []
+        assert os.fstat(replaced).st_ino == before.st_ino
+        assert os.stat(d / "victim").st_ino != before.st_ino and os.stat(d / "victim").st_nlink == 2
+    finally:
+        os.close(replaced)
+        os.close(removed)
+    assert sorted(os.listdir(d)) == ["victim"]
