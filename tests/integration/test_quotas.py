@@ -65,6 +65,7 @@ def test_quota_enforced_through_the_library_and_kept_across_a_restart(tmp_path: 
         sub = fs.df("/q/d")
         assert (sub.capacity, sub.used, sub.available) == (8 * MiB, 4 * MiB + 1, 4 * MiB - 1)
         assert (sub.files, sub.max_files) == (3, 3)
+        assert fs.df("/q/a").capacity == 8 * MiB          # a file: its directory's quota
         whole = fs.df("/")
         assert whole.capacity > 8 * MiB and whole.max_files == 0
 

@@ -184,8 +184,10 @@ def test_statfs_of_a_directory_reports_its_nearest_quota(ns: Namespace) -> None:
     ns.set_quota("/d", 0, 50)
     only_inodes = quota_statfs(cluster, ns.nearest_quota(sub.ino))
     assert (only_inodes.capacity, only_inodes.used, only_inodes.max_files) == (100 * MiB, 40 * MiB, 50)
-    with pytest.raises(NotADirectory):
-        ns.nearest_quota(ns.lookup(sub.ino, "f").ino)
+    # a file is bounded by its directory's quota (df of any path)
+    assert ns.nearest_quota(ns.lookup(sub.ino, "f").ino) == ns.nearest_quota(sub.ino)
+    with pytest.raises(NotFound):
+        ns.nearest_quota(987_654)
 
 
 def test_quotas_survive_reopening(tmp_path: pathlib.Path, clock: FakeClock) -> None:

@@ -169,9 +169,14 @@ class Quotas(Inodes):
         return [QuotaInfo(int(r[0]), self._path_of(int(r[0])) or "/", int(r[1]), int(r[2]), int(r[3]), int(r[4]))
                 for r in self._db.execute(f"SELECT {_QUOTA_COLS} FROM quotas ORDER BY ino").fetchall()]
 
-    def nearest_quota(self, directory: int) -> QuotaInfo | None:
-        """The quota that bounds `directory` most closely: its own or its nearest quota'd ancestor's."""
-        self._dir(directory)
+    def nearest_quota(self, ino: int) -> QuotaInfo | None:
+        """The quota that bounds inode `ino` most closely: its directory's own (a file's directory)
+        or its nearest quota'd ancestor's."""
+        attr = self._get(ino)
+        directory = ino
+        if attr.type != FileType.DIRECTORY:
+            row = self._db.execute("SELECT parent FROM inodes WHERE ino=?", (ino,)).fetchone()
+            directory = int(row[0])
         chain = self._quota_chain(directory) if self._any_quota() else []
         return self._quota_of(chain[0]) if chain else None
 
