@@ -45,6 +45,7 @@ class CurvineClient:
                            suspects=self.suspects)
 
     def close(self) -> None:
+        self.kv.close()
         self.blocks.close()
         self.io.close()
         self.master.close()

@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 # Payloads up to this size leave in one send together with their header.
 INLINE_PAYLOAD = 64 * 1024
+# Requests of a pipelined batch sent ahead of the reply being read (headers of ~100 bytes: far
+# below any socket buffer, so neither side can block the other).
+PIPELINE_DEPTH = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +127,69 @@ class WorkerConnection:
         finally:
             if deadline is not None and self._sock.fileno() >= 0:
                 self._sock.settimeout(self._timeout_s)
-        if reply.errno:
-            error = from_errno(reply.errno, reply.message)
-            if isinstance(error, Busy):
-                raise Busy(f"{where} is busy: {reply.message}", errno=reply.errno)
-            raise error
-        return Reply(reply, data, chunk_digests)
+        answer = self._answer(where, reply, data, chunk_digests)
+        if isinstance(answer, CurvineError):
+            raise answer
+        return answer
+
+    def request_many(self, op: frames.Op, headers: list[DataHeader], outs: list[memoryview | None], *,
+                     depth: int = PIPELINE_DEPTH, each_s: float | None = None) -> list[Reply | CurvineError]:
+        """Payload-less requests pipelined on this connection: up to `depth` are sent ahead of the
+        reply being read, so the worker works on the next while this side receives (and digests)
+        the previous payload. Replies come back in order; an error reply or a too-small buffer is
+        that request's CurvineError in the result, the others still arrive. A transport error,
+        timeout or protocol error closes the connection and raises (the stream is lost).
+        Why a window, not everything at once: requests sent while the worker is blocked sending
+        a large reply we are not reading yet would fill both socket buffers. `each_s`: a deadline
+        per reply (from the end of the previous one), so a long batch is not cut short while a
+        silent worker still is."""
+        if len(headers) != len(outs):
+            raise LocalProtocolError(f"{len(headers)} requests but {len(outs)} buffers")
+        where = f"worker {self.address[0]}:{self.address[1]}"
+        ids = [next(self._ids) & frames.MAX_REQUEST_ID for _ in headers]
+        results: list[Reply | CurvineError] = []
+        sent = 0
+        deadline = None
+        try:
+            for index, request_id in enumerate(ids):
+                deadline = None if each_s is None else time.monotonic() + each_s
+                self._wait_at_most(deadline, op)
+                ahead = min(len(ids), index + max(1, depth))   # requests index..ahead-1 are out
+                if sent < ahead:
+                    self._sock.sendall(b"".join(frames.encode(op, ids[i], headers[i]) for i in range(sent, ahead)))
+                    sent = ahead
+                prefix, reply = blocking.read_head(self._sock, max_payload=self._max_payload,
+                                                   expect_response=True)
+                if prefix.op != op or prefix.request_id != request_id:
+                    raise ProtocolError(f"reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
+                self._wait_at_most(deadline, op)
+                try:
+                    data, chunk_digests = self._receive_payload(prefix.payload_length, outs[index], True)
+                except InvalidArgument as exc:     # drained: the stream is in sync
+                    results.append(exc)
+                    continue
+                results.append(self._answer(where, reply, data, chunk_digests))
+        except TimeoutError:
+            self.close()
+            raise Timeout(f"{where} did not answer {op.name} in time") from None
+        except OSError as exc:
+            self.close()
+            raise Unavailable(f"{where}: {exc.strerror or exc}", errno=exc.errno or None) from None
+        except (Unavailable, ProtocolError, Timeout):
+            self.close()
+            raise
+        finally:
+            if deadline is not None and self._sock.fileno() >= 0:
+                self._sock.settimeout(self._timeout_s)
+        return results
+
+    @staticmethod
+    def _answer(where: str, reply: DataHeader, data: memoryview | None,
+                chunk_digests: list[int] | None) -> Reply | CurvineError:
+        if not reply.errno:
+            return Reply(reply, data, chunk_digests)
+        error = from_errno(reply.errno, reply.message)
+        return Busy(f"{where} is busy: {reply.message}", errno=reply.errno) if isinstance(error, Busy) else error
 
     def _wait_at_most(self, deadline: float | None, op: frames.Op) -> None:
         """Bounds the next blocking step by what remains of the deadline (a no-op without one)."""

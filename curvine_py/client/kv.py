@@ -7,8 +7,11 @@ never see partial objects, a miss is `None` (not an error), reads fail over alon
 """
 from __future__ import annotations
 
+import functools
 import logging
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from curvine_py.client.buffers import writable_view
@@ -32,6 +35,10 @@ _FAILOVER = (Unavailable, Timeout, Corrupt)
 # read again and again.
 READ_OWNERS_CACHED = 4096
 DEFAULT_DEADLINE_S = 2.0   # ClientConfig.kv_deadline_s
+# A batched get splits one owner's keys over this many connections, each pipelined (measured in
+# bench lmcache's reference scenario, see get_many_with_meta).
+BATCH_STREAMS = 4
+BATCH_THREADS = 8          # connections of batched gets in flight, all owners together
 
 
 def _worker_id(worker: WorkerAddress) -> str:
@@ -52,9 +59,16 @@ class KVClient:
         self._max_key_bytes = max_key_bytes
         self.deadline_s = deadline_s
         self._suspects = suspects or Suspects()
+        self.batch_streams = BATCH_STREAMS
+        self._batch_pool: ThreadPoolExecutor | None = None
+        self._batch_lock = threading.Lock()
         # (view, replicas, key -> its read owners): one tuple, swapped whole when the view changes,
         # so a thread still on the old view never fills the new view's table.
         self._read_owners: tuple[View | None, int, dict[str, list[WorkerAddress]]] = (None, 0, {})
+
+    def close(self) -> None:
+        if self._batch_pool is not None:
+            self._batch_pool.shutdown(wait=False, cancel_futures=True)
 
     # -- placement ---------------------------------------------------------------------------
     def owners(self, key: str, view: View | None = None, count: int | None = None) -> list[WorkerAddress]:
@@ -137,10 +151,93 @@ class KVClient:
         reply, data = self._with_view(lambda view: self._get(key, view, target))
         return None if data is None else (data, bytes(reply.user_meta))
 
-    def _get(self, key: str, view: View, out: memoryview | None) -> tuple[DataHeader, memoryview | None]:
+    def get_many(self, keys: Sequence[str], outs: Sequence[Any] | None = None) -> list[memoryview | None]:
+        """`get_view` of several keys at once (see get_many_with_meta); None for each miss."""
+        return [None if found is None else found[0] for found in self.get_many_with_meta(keys, outs)]
+
+    def get_many_with_meta(self, keys: Sequence[str],
+                           outs: Sequence[Any] | None = None) -> list[tuple[memoryview, bytes] | None]:
+        """Several objects at once, in key order: (bytes, user meta) or None for a miss. `outs`: one
+        writable buffer per key (see get_view), or None for new buffers.
+
+        The keys are grouped by their first owner; one owner's keys are split over up to
+        `batch_streams` connections, each pipelined (several requests in flight, so the worker's
+        per-request work overlaps the previous payload), and all owners run at once. Every object
+        is verified as in get(). A key its first owner did not serve (a miss, an error, an owner
+        that cannot be reached within the deadline) then goes along its other owners as get()
+        does."""
+        if outs is not None and len(outs) != len(keys):
+            raise InvalidArgument(f"{len(keys)} keys but {len(outs)} buffers")
+        for key in keys:
+            validate_key(key, self._max_key_bytes)
+        targets: list[memoryview | None] = [None] * len(keys) if outs is None else [writable_view(o) for o in outs]
+        view = self._membership.view()
+        found: list[tuple[DataHeader, memoryview] | None] = [None] * len(keys)
+        first: dict[str, list[int]] = {}
+        asked: list[str | None] = [None] * len(keys)      # the owner the batch asked for each key
+        for index, key in enumerate(keys):
+            owners = self._suspects.order(self.read_owners(key, view), _worker_id)
+            if owners:
+                asked[index] = owners[0].worker_id
+                first.setdefault(owners[0].worker_id, []).append(index)
+        batches = []
+        for worker_id, indexes in first.items():
+            streams = max(1, min(self.batch_streams, len(indexes)))
+            batches += [(view.workers[worker_id], indexes[s::streams]) for s in range(streams)]
+
+        mistakes: list[InvalidArgument] = []
+
+        def run(worker: WorkerAddress, indexes: list[int]) -> None:
+            headers = [DataHeader(key=keys[i], epoch=view.epoch) for i in indexes]
+            try:
+                answers = self._io.read_many(worker, frames.Op.GET, headers, [targets[i] for i in indexes],
+                                             whole=True, deadline_s=self.deadline_s)
+            except _FAILOVER as exc:
+                self._suspects.mark(worker.worker_id)
+                log.info("batched get: owner %s failed (%s), trying the next", worker.worker_id, exc)
+                return
+            self._suspects.clear(worker.worker_id)
+            for index, answer in zip(indexes, answers, strict=True):
+                if isinstance(answer, InvalidArgument):
+                    mistakes.append(answer)      # the caller's (a buffer too small), as in get_into
+                elif isinstance(answer, CurvineError):
+                    log.info("get %s: owner %s failed (%s), trying the next", keys[index], worker.worker_id, answer)
+                elif answer[1] is not None:
+                    found[index] = (answer[0], answer[1])
+
+        if len(batches) == 1:
+            run(*batches[0])
+        elif batches:
+            for future in [self._batch_executor().submit(run, *batch) for batch in batches]:
+                future.result()
+        if mistakes:
+            raise mistakes[0]
+        results: list[tuple[memoryview, bytes] | None] = []
+        for index, key in enumerate(keys):
+            hit = found[index]
+            if hit is None:     # the rest of its owners, as get() goes (its first owner skipped)
+                skip = (view, asked[index]) if asked[index] is not None else None
+                reply, data = self._with_view(functools.partial(self._get, key, out=targets[index], skip=skip))
+                hit = None if data is None else (reply, data)
+            results.append(None if hit is None else (hit[1], bytes(hit[0].user_meta)))
+        return results
+
+    def _batch_executor(self) -> ThreadPoolExecutor:
+        with self._batch_lock:
+            if self._batch_pool is None:
+                self._batch_pool = ThreadPoolExecutor(max_workers=BATCH_THREADS, thread_name_prefix="kv-batch")
+            return self._batch_pool
+
+    def _get(self, key: str, view: View, out: memoryview | None,
+             skip: tuple[View, str | None] | None = None) -> tuple[DataHeader, memoryview | None]:
+        """Tries the key's owners in turn. `skip`: (view, worker id) of an owner already asked on
+        that view (a batched get): not asked again on it."""
         header = DataHeader(key=key, epoch=view.epoch)
         miss = DataHeader(found=False)
-        for worker in self._suspects.order(self.read_owners(key, view), _worker_id):
+        owners = self._suspects.order(self.read_owners(key, view), _worker_id)
+        if skip is not None and skip[0] is view:
+            owners = [w for w in owners if w.worker_id != skip[1]]
+        for worker in owners:
             try:
                 reply, data = self._io.read(worker, frames.Op.GET, header, out, whole=True,
                                             deadline_s=self.deadline_s)

@@ -95,6 +95,36 @@ class WorkerIO:
         return answer.header, self._checked(worker, op, header, answer.header, answer.payload, whole,
                                             answer.digests)
 
+    def read_many(self, worker: WorkerAddress, op: frames.Op, headers: list[DataHeader],
+                  outs: list[memoryview | None], *, whole: bool,
+                  deadline_s: float | None = None) -> list[tuple[DataHeader, memoryview | None] | CurvineError]:
+        """`read` of several objects of one worker, pipelined on one TCP connection (a local worker:
+        one after another over its unix socket). Each result is (reply, bytes or None on a miss)
+        or that request's error (Corrupt for bytes that fail verification); a transport failure
+        raises for the whole batch. `deadline_s` bounds the connect and the wait for each reply."""
+        if self.is_local(worker):
+            results: list[tuple[DataHeader, memoryview | None] | CurvineError] = []
+            for header, out in zip(headers, outs, strict=True):
+                try:
+                    results.append(self.read(worker, op, header, out, whole=whole, deadline_s=deadline_s))
+                except CurvineError as exc:
+                    results.append(exc)
+            return results
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        with self.pool.connection(worker.host, worker.port, deadline) as conn:
+            answers = conn.request_many(op, headers, outs, each_s=deadline_s)
+        checked: list[tuple[DataHeader, memoryview | None] | CurvineError] = []
+        for header, answer in zip(headers, answers, strict=True):
+            if isinstance(answer, CurvineError):
+                checked.append(answer)
+                continue
+            try:
+                checked.append((answer.header, self._checked(worker, op, header, answer.header, answer.payload,
+                                                              whole, answer.digests)))
+            except Corrupt as exc:
+                checked.append(exc)
+        return checked
+
     def _checked(self, worker: WorkerAddress, op: frames.Op, request: DataHeader, reply: DataHeader,
                  data: memoryview | None, whole: bool, digests: list[int] | None = None) -> memoryview | None:
         if data is None or verify(data, reply, whole=whole, digests=digests):
