@@ -274,12 +274,14 @@ def _pid(server: Any) -> int:
     return int(server.process.pid) if server.process is not None else 0
 
 
-def plugin_entry(name: str, master: str, *, node: str, token: str = "") -> dict[str, Any]:
+def plugin_entry(name: str, master: str, *, node: str, token: str = "", batch_streams: int = 0) -> dict[str, Any]:
     prefix = "remote_storage_plugin.curvine."
     extra = {prefix + "module_path": "curvine_py.lmcache.connector",
              prefix + "class_name": "CurvineConnectorAdapter", prefix + "master": master, prefix + "node": node}
     if token:
         extra[prefix + "token"] = token
+    if batch_streams:
+        extra[prefix + "batch_streams"] = str(batch_streams)
     return {"name": name, "plugins": ["curvine"], "extra_config": extra}
 
 
@@ -370,8 +372,11 @@ def remote(root: pathlib.Path, args: Any, *, geometry: dict[str, Any], count: in
         stack.callback(worker.stop)
         cluster.wait_for_live_workers(1)
         raw = stack.enter_context(raw_server(ns.address, data / "raw", prefix=ns.prefix))
-        backends = [plugin_entry("native", cluster.master_address, node="bench-client", token=TOKEN),
-                    {"name": "lm_curvine", "url": f"lm://{worker.field('lm')}",
+        backends = [plugin_entry("native", cluster.master_address, node="bench-client", token=TOKEN)]
+        # --streams-sweep: the same plugin with other batch_streams, rotated in the same repeats
+        backends += [plugin_entry(f"native_s{n}", cluster.master_address, node="bench-client", token=TOKEN,
+                                  batch_streams=n) for n in args.streams_sweep]
+        backends += [{"name": "lm_curvine", "url": f"lm://{worker.field('lm')}",
                      "cleanup_master": cluster.master_address, "cleanup_token": TOKEN}]
         if baselines:
             stock = stack.enter_context(StockLMServer(host=ns.address, prefix=ns.prefix))
@@ -455,6 +460,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--backends", default="",
                    help="part 1 only these (comma list of " + ",".join(LABELS) + "); for profiling: "
                         "prints, writes nothing")
+    p.add_argument("--streams-sweep", type=lambda v: [int(n) for n in v.split(",") if n], default=[],
+                   help="across the link also run the native plugin with these batch_streams (comma list); "
+                        "use with --part 2 or 3 (prints, writes nothing)")
     p.add_argument("--part", default="all",
                    help="all (default) or a comma list of 1 (loopback), 2 (veth), 3 (scenario): partial runs "
                         "print, write nothing")

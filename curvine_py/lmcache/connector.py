@@ -94,6 +94,27 @@ class CurvineConnector(RemoteConnector):  # type: ignore[misc]
         except Exception as exc:  # noqa: BLE001 - the cache must never break serving: a miss
             _log_failure("get", key, exc)
             found = None
+        return self._received(memory_obj, target, found)
+
+    def _batched_get_sync(self, keys: builtins.list[CacheEngineKey]) -> builtins.list[MemoryObj | None]:
+        """One batched get of the client (pipelined per owner, owners at once) into memory objects
+        allocated up front; a key without L1 memory is a miss, as in get()."""
+        objs = [self.local_cpu_backend.allocate(self.meta_shapes, self.meta_dtypes, self.meta_fmt) for _ in keys]
+        wanted = [i for i, obj in enumerate(objs) if obj is not None]
+        targets = {i: memoryview(objs[i].byte_array).cast("B") for i in wanted}
+        try:
+            found = self._kv.get_many_with_meta([keys[i].to_string() for i in wanted], [targets[i] for i in wanted])
+        except Exception as exc:  # noqa: BLE001 - the cache must never break serving: misses
+            _log_failure("batched get", keys[0] if keys else None, exc)
+            found = [None] * len(wanted)
+        results: builtins.list[MemoryObj | None] = [None] * len(keys)
+        for index, hit in zip(wanted, found, strict=True):
+            results[index] = self._received(objs[index], targets[index], hit)
+        return results
+
+    def _received(self, memory_obj: MemoryObj, target: memoryview,
+                  found: tuple[memoryview, bytes] | None) -> MemoryObj | None:
+        """The memory object for what a get received into `target` (its own), None on a miss."""
         if found is None:
             memory_obj.ref_count_down()
             return None
@@ -157,7 +178,7 @@ class CurvineConnector(RemoteConnector):  # type: ignore[misc]
         return True
 
     async def batched_get(self, keys: builtins.list[CacheEngineKey]) -> builtins.list[MemoryObj | None]:
-        return list(await asyncio.gather(*(self.get(key) for key in keys)))
+        return await self._run(self._batched_get_sync, keys)
 
     def support_batched_put(self) -> bool:
         return True

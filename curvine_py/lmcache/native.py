@@ -9,10 +9,11 @@ return a future id at once; the work runs on our threads; each finished batch is
 `(future_id, ok, error, per_key_bools)` and signalled on one eventfd that LMCache polls, then
 collected with `drain_completions()`.
 
-The keys of one get/set batch run in parallel on the pool (each key is one request to its owner;
+The keys of one set batch run in parallel on the pool (each key is one request to its owner;
 with one batch in flight, a serial loop left the other connections idle: `lmcache bench l2`
 stored 32 MiB values at a third of the speed); whichever key finishes last posts the batch's
-completion. A key that fails is False in the per-key results, never an exception into LMCache.
+completion. A get batch is one batched get of the client (KVClient.get_many: pipelined per owner,
+owners at once). A key that fails is False in the per-key results, never an exception into LMCache.
 """
 from __future__ import annotations
 
@@ -98,9 +99,28 @@ class CurvineNativeConnector:
         return future_id
 
     def submit_batch_get(self, keys: list[str], buffers: list[memoryview]) -> int:
-        def get(key: str, target: memoryview) -> bool:
+        if len(keys) != len(buffers):
+            raise ValueError(f"{len(keys)} keys but {len(buffers)} buffers")
+
+        def work() -> list[bool]:
+            # One batched get: each owner's keys pipelined on its connections, owners at once.
+            targets = [memoryview(b).cast("B") for b in buffers]
+            try:
+                got = self._kv.get_many(keys, targets)
+            except Exception as exc:   # noqa: BLE001 - one bad key must not fail the others: one by one
+                log.warning("batched get of %d keys failed (%r): getting them one by one", len(keys), exc)
+                return [self._get_one(key, target) for key, target in zip(keys, targets, strict=True)]
+            return [data is not None and len(data) == len(target) for data, target in zip(got, targets, strict=True)]
+        return self._submit(work)
+
+    def _get_one(self, key: str, target: memoryview) -> bool:
+        try:
             return self._kv.get_into(key, target) == len(target)
-        return self._submit_each(keys, buffers, get, "get")
+        except CurvineError as exc:
+            log.warning("get %s failed: %s", key, exc)
+        except Exception:  # a bug must still complete the future, or LMCache waits forever
+            log.exception("native connector: get %s failed", key)
+        return False
 
     def submit_batch_set(self, keys: list[str], buffers: list[memoryview]) -> int:
         def put(key: str, data: memoryview) -> bool:

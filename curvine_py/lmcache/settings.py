@@ -17,16 +17,23 @@ def parallelism(params: Mapping[str, Any]) -> int:
 
 
 def client_from(params: Mapping[str, Any]) -> CurvineClient:
-    """Builds the client from `master`, `token`, `node`, `replicas`, `timeout_s`, `num_workers`
-    (plugin params or env). Every parallel request keeps its pooled connection to a worker."""
+    """Builds the client from `master`, `token`, `node`, `replicas`, `timeout_s`, `num_workers`,
+    `batch_streams` (plugin params or env). Every parallel request keeps its pooled connection to a
+    worker; a batched get splits each owner's keys over `batch_streams` connections (pipelined)."""
     master = params.get("master") or os.environ.get("CURVINE_MASTER")
     if not master:
         raise InvalidArgument("curvine LMCache plugin needs `master` (HOST:PORT) or CURVINE_MASTER")
-    return CurvineClient(
+    client = CurvineClient(
         str(master),
         token=str(params.get("token") or os.environ.get("CURVINE_TOKEN", "")),
         node=str(params.get("node") or os.environ.get("CURVINE_NODE") or socket.gethostname()),
         kv_replicas=int(params.get("replicas", 1)),
         data_timeout_s=float(params.get("timeout_s", 10.0)),
-        connections_per_worker=parallelism(params),
+        connections_per_worker=max(parallelism(params), int(params.get("batch_streams", 0))),
     )
+    if "batch_streams" in params:
+        streams = int(params["batch_streams"])
+        if streams < 1:
+            raise InvalidArgument(f"batch_streams {streams}: at least 1")
+        client.kv.batch_streams = streams
+    return client

@@ -41,6 +41,17 @@ class FakeKV:
         out[:len(value)] = value
         return len(value)
 
+    def get_many(self, keys: list[str], outs: list[memoryview]) -> list[memoryview | None]:
+        """As KVClient.get_many: an owner that cannot be reached is a miss; a bug raises."""
+        results: list[memoryview | None] = []
+        for key, out in zip(keys, outs, strict=True):
+            try:
+                n = self.get_into(key, out)
+            except Unavailable:
+                n = None
+            results.append(None if n is None else out[:n])
+        return results
+
     def exists_prefix(self, keys: list[str], pin: bool = True) -> int:
         for index, key in enumerate(keys):
             if key not in self.data:
