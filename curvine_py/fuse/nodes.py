@@ -49,7 +49,9 @@ class Nodes:
         """The name's attributes and their age in seconds: 0 from the master, more when answered
         from a hot directory's names (fuse/names.py; the kernel's timeouts are shortened by it)."""
         ctx = self.ctx
-        if name == ".." and parent == ctx.root:
+        if name == "." or (name == ".." and parent == ctx.root):
+            # "." in any inode (files too): how the kernel finds an inode again from a file
+            # handle after dropping it (export support, open_by_handle_at). A gone inode: ESTALE.
             return ctx.note(await ctx.master_getattr(parent)), 0.0
         names = ctx.attrs.names
         try:

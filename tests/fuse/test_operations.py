@@ -249,3 +249,41 @@ def test_a_corrupt_block_reads_as_eio_every_time(cluster: Cluster, trio_reads: b
         await ops.unlink(ROOT, name.encode(), ROOT_CTX)  # type: ignore[arg-type]
 
     rig.run(scenario)
+
+
+def test_a_removed_open_directory_shows_nlink_0_until_releasedir(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    listing = patch_readdir(monkeypatch)
+
+    async def scenario(ops: Operations) -> None:
+        d = await fresh_dir(ops, "removed-dirs")
+        victim = await ops.mkdir(d, b"victim", 0o755, ROOT_CTX)  # type: ignore[arg-type]
+        await ops.mkdir(d, b"other", 0o755, ROOT_CTX)  # type: ignore[arg-type]
+        fh = await ops.opendir(victim.st_ino, ROOT_CTX)  # type: ignore[arg-type]
+        await ops.rename(d, b"other", d, b"victim", 0, ROOT_CTX)  # type: ignore[arg-type]
+        ghost = await ops.getattr(victim.st_ino, ROOT_CTX)  # type: ignore[arg-type]
+        assert ghost.st_nlink == 0 and stat.S_ISDIR(ghost.st_mode)
+        listing.got.clear()
+        await ops.readdir(fh, 0, None)  # type: ignore[arg-type]
+        assert listing.got == []
+        await ops.releasedir(fh)
+        with fuse_error(errno.ESTALE):   # gone for good once nothing holds it open
+            await ops.getattr(victim.st_ino, ROOT_CTX)  # type: ignore[arg-type]
+        await ops.rmdir(d, b"victim", ROOT_CTX)  # type: ignore[arg-type]
+        await ops.rmdir(ROOT, b"removed-dirs", ROOT_CTX)  # type: ignore[arg-type]
+
+    rig.run(scenario)
+
+
+def test_dot_lookups_by_inode(rig: Rig) -> None:
+    """What the kernel sends to find an inode it dropped from a file handle (export support:
+    LOOKUP of "." in the inode itself, ".." for its parent)."""
+    async def scenario(ops: Operations) -> None:
+        d = await fresh_dir(ops, "dots")
+        ino = await write_file(ops, d, "f", b"x")
+        assert (await ops.lookup(ino, b".", ROOT_CTX)).st_ino == ino  # type: ignore[arg-type]
+        assert (await ops.lookup(d, b".", ROOT_CTX)).st_ino == d  # type: ignore[arg-type]
+        assert (await ops.lookup(d, b"..", ROOT_CTX)).st_ino == ROOT  # type: ignore[arg-type]
+        await ops.unlink(d, b"f", ROOT_CTX)  # type: ignore[arg-type]
+        await ops.rmdir(ROOT, b"dots", ROOT_CTX)  # type: ignore[arg-type]
+
+    rig.run(scenario)

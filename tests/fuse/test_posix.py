@@ -658,3 +658,35 @@ def test_fstat_of_an_open_directory_removed_or_replaced_shows_nlink_0(d: pathlib
         os.close(replaced)
         os.close(removed)
     assert sorted(os.listdir(d)) == ["victim"]
+
+
+def test_open_by_handle_after_the_kernel_dropped_the_inode(d: pathlib.Path, shared_mount: Mount) -> None:
+    """generic/426: name_to_handle_at, then the kernel forgets the inode (drop_caches), then
+    open_by_handle_at finds it again by a LOOKUP of "." in its inode number (export support)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class Handle(ctypes.Structure):
+        _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int),
+                    ("f_handle", ctypes.c_ubyte * 128)]
+
+    path = d / "by-handle"
+    path.write_bytes(b"found again")
+    handle, mount_id = Handle(handle_bytes=128), ctypes.c_int()
+    if libc.name_to_handle_at(-100, str(path).encode(), ctypes.byref(handle), ctypes.byref(mount_id), 0) != 0:
+        raise OSError(ctypes.get_errno(), "name_to_handle_at")
+    mount_fd = os.open(shared_mount.path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        pathlib.Path("/proc/sys/vm/drop_caches").write_text("2")     # unused dentries and inodes
+        fd = libc.open_by_handle_at(mount_fd, ctypes.byref(handle), os.O_RDONLY)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "open_by_handle_at")
+        try:
+            assert os.read(fd, 100) == b"found again"
+        finally:
+            os.close(fd)
+        path.unlink()
+        pathlib.Path("/proc/sys/vm/drop_caches").write_text("2")
+        fd = libc.open_by_handle_at(mount_fd, ctypes.byref(handle), os.O_RDONLY)
+        assert fd < 0 and ctypes.get_errno() == errno.ESTALE, "a removed file's handle is stale"
+    finally:
+        os.close(mount_fd)
