@@ -76,6 +76,9 @@ def test_quota_enforced_through_the_library_and_kept_across_a_restart(tmp_path: 
         assert (q.max_bytes, q.max_inodes, q.used_bytes, q.used_inodes) == (8 * MiB, 3, 4 * MiB + 1, 3)
         with pytest.raises(QuotaExceeded):
             fresh.fs.mkdir("/q/again")
+        cluster.wait_for_live_workers(1)
+        fsck = cli("fsck", "--master", cluster.master_address)      # the counters match a recount
+        assert fsck.returncode == 0, fsck.stdout.decode() + fsck.stderr.decode()
 
 
 def test_quota_cli_du_df_and_report(tmp_path: pathlib.Path) -> None:
