@@ -382,6 +382,9 @@ def remote(root: pathlib.Path, args: Any, *, geometry: dict[str, Any], count: in
             stock = stack.enter_context(StockLMServer(host=ns.address, prefix=ns.prefix))
             redis = stack.enter_context(RedisServer(host=ns.address, prefix=ns.prefix))
             backends += [{"name": "lm_stock", "url": stock.url}, {"name": "redis", "url": redis.url}]
+        if args.backends:   # a partial run (prints, writes nothing)
+            wanted = set(args.backends.split(","))
+            backends = [b for b in backends if b["name"] in wanted]
         pids = {"raw": raw[2], "native": worker.process.pid, "lm_curvine": worker.process.pid}
         if baselines:
             pids.update(lm_stock=_pid(stock), redis=_pid(redis))
@@ -458,7 +461,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--no-fs", action="store_true", help="skip fs:// over the FUSE mount")
     p.add_argument("--no-mp", action="store_true", help="skip `lmcache bench l2` (MP adapters)")
     p.add_argument("--backends", default="",
-                   help="part 1 only these (comma list of " + ",".join(LABELS) + "); for profiling: "
+                   help="only these backends (comma list of " + ",".join(LABELS) + "); for profiling: "
                         "prints, writes nothing")
     p.add_argument("--streams-sweep", type=lambda v: [int(n) for n in v.split(",") if n], default=[],
                    help="across the link also run the native plugin with these batch_streams (comma list); "
