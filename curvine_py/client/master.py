@@ -19,11 +19,10 @@ from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.master_pb2_grpc import MasterStub
 from curvine_py.rpc.auth import call_metadata
+from curvine_py.rpc.channel import master_channel
 from curvine_py.rpc.errors import from_rpc_error
 
 log = logging.getLogger(__name__)
-
-MAX_MESSAGE = 64 << 20
 
 Req = TypeVar("Req", bound=Message)
 Rep = TypeVar("Rep", bound=Message)
@@ -76,13 +75,7 @@ class MasterClient:
     def __init__(self, address: str, *, token: str = "", timeout_s: float = 5.0) -> None:
         host, port = split_address(address, DEFAULT_MASTER_PORT)
         self.address = f"{host}:{port}"
-        self._channel = grpc.insecure_channel(self.address, options=[
-            ("grpc.max_send_message_length", MAX_MESSAGE),
-            ("grpc.max_receive_message_length", MAX_MESSAGE),
-            # Reconnect quickly after a master restart instead of the default backoff of up to 120 s.
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1000),
-        ])
+        self._channel = master_channel(self.address)
         self._rpc = _MasterRpcs(self._channel)
         self.session = uuid.uuid4().hex    # names this client to the master (directory leases)
         self._metadata = call_metadata(token, self.session)
