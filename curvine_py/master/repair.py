@@ -94,6 +94,7 @@ class Repairer:
         self.state = ReplicationState((), (), (), ())
         # Skipping idle scans: (epoch, store changes) when the last scan found nothing to do.
         self._idle_at: tuple[int, int] | None = None
+        self._scanned: tuple[tuple[int, int] | None, ReplicationState] = (None, self.state)
         self._last_full = clock()
 
     def close(self) -> None:
@@ -114,12 +115,21 @@ class Repairer:
         """The replica counts now: the live set from the store thread, the full pass over the
         blocks on this repairer's own read-only connection (the store thread keeps writing)."""
         with self._lock:
+            # The key first: store.call returns after its batch committed, so the snapshot below
+            # sees at least every change the key counts (a later one only makes the key stale).
+            key = self._store.call(self._changes)
             live = self._store.call(self._live_ids)
             if self._reader is None:
                 self._reader = self._ns.reader()
             with self._reader.snapshot():
                 self.state = self._reader.replication_state(live)
+            self._scanned = (key, self.state)
             return self.state
+
+    def cached_state(self) -> ReplicationState | None:
+        """The last scan's counts when nothing that changes them happened since (else None)."""
+        key, state = self._scanned
+        return state if key == self._store.call(self._changes) else None
 
     def _live_ids(self) -> set[str]:
         self._mem.expire()

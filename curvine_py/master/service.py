@@ -382,8 +382,10 @@ class MasterService(master_pb2_grpc.MasterServicer):
         return reply
 
     def _replication(self) -> mpb.Replication:
-        live = self._store.call(self._mem.live_ids)
-        state = self._read(Namespace.replication_state, live)    # a full pass: on this thread's reader
+        state = self._repairer.cached_state() if self._repairer else None
+        if state is None:
+            live = self._store.call(self._mem.live_ids)
+            state = self._read(Namespace.replication_state, live)    # a full pass: on this thread's reader
         return convert.replication_pb(state, self._repairer.stats() if self._repairer else RepairStats())
 
     @grpc_method

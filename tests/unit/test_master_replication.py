@@ -252,3 +252,17 @@ def test_idle_rounds_skip_the_scan_until_something_changes(world: World) -> None
     (block,) = world.store.call(world.ns.get_blocks, ino).blocks
     world.store.call(world.mem.heartbeat, block.worker_ids[0], Usage(), (), [block.block_id])
     assert world.repairer.step().copied == 1
+
+
+def test_the_last_scan_is_reused_only_while_nothing_changed(world: World) -> None:
+    world.join("a", "b", "c")
+    assert world.repairer.cached_state() is None, "no scan yet"
+    ino = world.file("f", 1)
+    state = world.repairer.scan()
+    assert world.repairer.cached_state() is state
+    (block,) = world.store.call(world.ns.get_blocks, ino).blocks
+    world.store.call(world.mem.heartbeat, block.worker_ids[0], Usage(), (), [block.block_id])   # a bad copy
+    assert world.repairer.cached_state() is None
+    assert len(world.repairer.scan().under) == 1
+    world.join("d")                                   # a membership change (new epoch)
+    assert world.repairer.cached_state() is None
