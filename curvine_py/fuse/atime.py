@@ -7,8 +7,9 @@ transaction. A read only notes the new atime here (shown at once in this mount's
 shutdown sends what is left. An update is best effort: one that fails is dropped (logged).
 
 The ctime: the master moves ctime on every SetAttr unless told a value, so each update carries
-the ctime the read saw. A change made on another node between that read and the batch (under
-BATCH_S) would get its ctime put back to the older value; docs/fuse.md lists this.
+the newest ctime this mount knows (the read's, or a later local commit's or change's). A change
+made on another node between that and the batch (under BATCH_S) would get its ctime put back to
+the older value; docs/fuse.md lists this.
 
 Reads answered from the kernel's page cache never reach the mount (keep_cache is off by default,
 so the first read after each open does).
@@ -63,7 +64,7 @@ class AtimeUpdates:
     async def flush(self) -> None:
         batch, self._pending = self._pending, {}
         for ino, (atime, ctime) in batch.items():
-            request = pb.SetAttrRequest(ino=ino, atime_ns=atime, ctime_ns=ctime)
+            request = pb.SetAttrRequest(ino=ino, atime_ns=atime, ctime_ns=max(ctime, self._latest_ctime(ino)))
             try:
                 attr: cpb.Attr = await self.ctx.call(self.ctx.master.setattr, request)
             except NotFound:
@@ -73,6 +74,14 @@ class AtimeUpdates:
                 continue
             self.ctx.attrs.drop(ino)
             self.ctx.note(attr)
+
+    def _latest_ctime(self, ino: int) -> int:
+        """The newest ctime this mount knows for `ino` (a commit or chmod here after the read
+        moved it): an atime update must never set it back."""
+        cached = self.ctx.attrs.get(ino)
+        opened = self.ctx.handles.open_files.get(ino)
+        return max(cached.ctime_ns if cached is not None else 0,
+                   opened.file.attr.ctime_ns if opened is not None else 0)
 
     async def run(self) -> None:
         with trio.CancelScope() as scope:

@@ -287,3 +287,24 @@ def test_dot_lookups_by_inode(rig: Rig) -> None:
         await ops.rmdir(ROOT, b"dots", ROOT_CTX)  # type: ignore[arg-type]
 
     rig.run(scenario)
+
+
+def test_a_batched_atime_update_never_sets_ctime_back(rig: Rig) -> None:
+    async def scenario(ops: Operations) -> None:
+        d = await fresh_dir(ops, "atime")
+        ino = await write_file(ops, d, "f", b"first")
+        info = await ops.open(ino, os.O_RDWR, ROOT_CTX)  # type: ignore[arg-type]
+        assert bytes(await ops.read(info.fh, 0, 10)) == b"first"     # notes an atime (relatime)
+        assert ops.fs.atime.shown(ino) is not None
+        await ops.write(info.fh, 0, b"again")
+        await ops.flush(info.fh)                                     # the commit moves ctime
+        committed = rig.client.master.getattr(ino)
+        await ops.fs.atime.flush()
+        after = rig.client.master.getattr(ino)
+        assert after.ctime_ns >= committed.ctime_ns and after.mtime_ns == committed.mtime_ns
+        assert after.atime_ns > 0 and ops.fs.atime.shown(ino) is None
+        await ops.release(info.fh)
+        await ops.unlink(d, b"f", ROOT_CTX)  # type: ignore[arg-type]
+        await ops.rmdir(ROOT, b"atime", ROOT_CTX)  # type: ignore[arg-type]
+
+    rig.run(scenario)
