@@ -23,8 +23,8 @@ _IMPORT = re.compile(r"^from ((?:curvine|csi)\.v1) import (\w+_pb2)", re.MULTILI
 
 
 def generate(out_dir: pathlib.Path) -> None:
-    from grpc_tools import protoc  # imported lazily: only needed by developers and CI
     import grpc_tools
+    from grpc_tools import protoc  # imported lazily: only needed by developers and CI
 
     protos = sorted(str(p.relative_to(PROTO_DIR)) for p in PROTO_DIR.rglob("*.proto"))
     include = pathlib.Path(grpc_tools.__file__).parent / "_proto"

@@ -4,5 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CURVINE_WITH_LMCACHE=1 bash scripts/setup.sh
+# Gates (issue 9): lint and strict typing of the package (generated code excluded in pyproject.toml).
+.venv/bin/ruff check curvine_py tests bench scripts
+.venv/bin/mypy curvine_py
 export CURVINE_REQUIRE_LMCACHE=1 CURVINE_REQUIRE_NETNS=1 PYTHONHASHSEED=0 LMCACHE_TRACK_USAGE=false LMCACHE_DISABLE_BANNER=1
 exec .venv/bin/pytest -p no:cacheprovider tests "$@"

@@ -15,7 +15,7 @@ import os
 import pathlib
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Self
 
 from curvine_py.client import CurvineClient
 from curvine_py.procs import RoleProcess, curvine_command, start
@@ -42,7 +42,7 @@ class Cluster:
         self._clients: list[CurvineClient] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Self:
         try:
             self.start_master()
             for index in range(len(self.workers)):
