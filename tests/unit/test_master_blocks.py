@@ -429,3 +429,39 @@ def test_unlink_grace_keeps_a_nameless_file_readable_then_frees_it(tmp_path: pat
     with pytest.raises(NotFound):
         ns.getattr(kept.ino)
     ns.close()
+
+
+# ---------------------------------------------------------------------------------------------- open blocks
+
+def open_block_ids(ns: Namespace, ino: int) -> list[int]:
+    return [int(r[0]) for r in ns._db.execute("SELECT block_id FROM open_blocks WHERE ino=? ORDER BY block_id",
+                                              (ino,))]
+
+
+def test_abandoned_blocks_are_freed_at_once(ns: Namespace) -> None:
+    f = mkfile(ns, "f")
+    g = mkfile(ns, "g")
+    first = write_block(ns, f.ino, 0, length=10)
+    second = write_block(ns, f.ino, 0, length=20)     # a rewrite before the commit supersedes `first`
+    other = write_block(ns, g.ino, 0, length=10)
+    ns.commit_file(f.ino, 20, [second])
+    assert ns.abandon_blocks(f.ino, [first.block_id, second.block_id, other.block_id, 0, 987654]) == 1
+    assert all_deletions(ns) == {w: [first.block_id] for w in first.worker_ids}
+    assert open_block_ids(ns, g.ino) == [other.block_id]           # another file's block is not touched
+    assert [b.block_id for b in ns.get_blocks(f.ino).blocks] == [second.block_id]   # committed: kept
+    assert ns.abandon_blocks(f.ino, [first.block_id]) == 0         # a retried call is harmless
+
+
+def test_rewrites_without_commit_keep_a_bounded_number_of_blocks(ns: Namespace) -> None:
+    from curvine_py.master.store.blocks import MAX_OPEN_BLOCKS_PER_INDEX
+    f = mkfile(ns, "f")
+    grants = [write_block(ns, f.ino, 3, length=10) for _ in range(MAX_OPEN_BLOCKS_PER_INDEX + 5)]
+    other_index = write_block(ns, f.ino, 4, length=10)
+    kept = open_block_ids(ns, f.ino)
+    assert kept == sorted([g.block_id for g in grants[-MAX_OPEN_BLOCKS_PER_INDEX:]] + [other_index.block_id])
+    freed = {g.block_id for g in grants[:5]}
+    assert set().union(*all_deletions(ns).values()) == freed       # freed on the workers chosen for them
+    with pytest.raises(InvalidArgument):                           # a freed one is never committed
+        ns.commit_file(f.ino, 3 * BS + 10, [grants[0]])
+    ns.commit_file(f.ino, 3 * BS + 10, [grants[-1]])
+    assert [b.block_id for b in ns.get_blocks(f.ino).blocks] == [grants[-1].block_id]

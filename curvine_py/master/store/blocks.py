@@ -3,6 +3,7 @@ the expiry of blocks allocated but never committed.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from curvine_py.core.errors import (
@@ -20,6 +21,13 @@ from curvine_py.master.types import (
     FileBlocks,
     WorkerInfo,
 )
+
+log = logging.getLogger(__name__)
+
+# Uncommitted blocks kept per (file, block index); see Blocks._bound_open_blocks. Why 8: one handle
+# needs one (plus one in flight with write-behind); several handles of one file writing the same
+# block before any of them commits are rare, and the excess only ever costs the oldest rewrite.
+MAX_OPEN_BLOCKS_PER_INDEX = 8
 
 
 class Blocks(Policies, Quotas):
@@ -61,6 +69,7 @@ class Blocks(Policies, Quotas):
                                             self.durable_replicas)
             if count == 0:
                 raise Unavailable("no live workers to place a block on")
+            self._bound_open_blocks(ino, index)
             row = self._db.execute("UPDATE meta SET value = value + 1 WHERE key='next_block_id' "
                                    "RETURNING value - 1").fetchone()
             block_id = int(row[0])
@@ -122,6 +131,38 @@ class Blocks(Policies, Quotas):
             elif size != attr.size:
                 self._db.execute("UPDATE inodes SET size=?, ctime_ns=? WHERE ino=?", (size, now, ino))
             return self._get(ino)
+
+    def abandon_blocks(self, ino: int, block_ids: Sequence[int]) -> int:
+        """Gives up blocks a writer allocated for `ino` and will never commit (superseded by a
+        rewrite before its commit, or written by a handle that failed): they are freed on their
+        workers now instead of at the open-block expiry. Ids that are not open blocks of `ino`
+        (committed, already given up, another file's) are ignored, so a retried call is harmless.
+        Returns how many were given up."""
+        given_up = 0
+        with self.transaction():
+            for block_id in block_ids:
+                if not 0 < block_id <= MAX_ID:
+                    continue
+                row = self._db.execute("SELECT workers FROM open_blocks WHERE block_id=? AND ino=?",
+                                       (block_id, ino)).fetchone()
+                if row is not None:
+                    self._drop_open_block(block_id, str(row[0]))
+                    given_up += 1
+        return given_up
+
+    def _bound_open_blocks(self, ino: int, index: int) -> None:
+        """At most MAX_OPEN_BLOCKS_PER_INDEX uncommitted blocks per (file, index): a writer that
+        rewrites a block again and again without committing (mmap or direct-I/O rewrites of a file
+        kept open) and does not give up what it replaced would otherwise fill the disks (issue 11,
+        item 9). The oldest are freed; a commit that still names one fails with InvalidArgument,
+        so a file never reads as something it was not."""
+        rows = self._db.execute("SELECT block_id, workers FROM open_blocks WHERE ino=? AND idx=? "
+                                "ORDER BY block_id", (ino, index)).fetchall()
+        excess = len(rows) - (MAX_OPEN_BLOCKS_PER_INDEX - 1)
+        for block_id, workers in rows[:max(0, excess)]:
+            log.warning("inode %d block %d: more than %d uncommitted rewrites, freeing block %x",
+                        ino, index, MAX_OPEN_BLOCKS_PER_INDEX, int(block_id))
+            self._drop_open_block(int(block_id), str(workers))
 
     def expire_open_blocks(self, max_age_ms: int) -> int:
         """Blocks allocated but never committed (the writer died) are given up after `max_age_ms`."""
