@@ -1,17 +1,22 @@
-"""`curvine-py fsck --master HOST:PORT [--repair] [--scrub] [--json]`: the master's metadata against
-the workers' inventories.
+"""`curvine-py fsck --master HOST:PORT [--repair] [--scrub [--scrub-rate BYTES]] [--json]`: the
+master's metadata against the workers' inventories and, with --scrub, against the stored bytes.
 
 1. Every live worker is asked for its full block inventory again (it registers anew at its next
    heartbeat); the master reconciles each: recorded copies the worker does not have are dropped
-   from the metadata (missing), blocks it holds that nothing references are deleted on it (orphan).
-2. The metadata's own consistency check (names, links, blocks, locations, quota counters).
-3. Replica counts against each directory's policy: under-replicated, lost (no live copy), surplus.
-4. With --repair: repair rounds (re-replication at the master's --repair-rate) until nothing more
-   can be fixed; what could not be (lost blocks, no worker left to take a copy) is said.
+   from the metadata (missing); blocks it holds that nothing references (orphans) are counted and
+   left on it, or deleted with --repair (fsck without --repair changes no stored data).
+2. With --scrub: every recorded copy on a live worker is re-read and verified by that worker
+   (data-plane SCRUB, chunk by chunk against the digests written with it), page by page through
+   the master at --scrub-rate verified bytes/s for the whole cluster. A corrupt copy is dropped
+   by its worker (never served) and from the metadata, and named in the output.
+3. The metadata's own consistency check (names, links, blocks, locations, quota counters).
+4. Replica counts against each directory's policy: under-replicated, lost (no live copy), surplus.
+5. With --repair: repair rounds (re-replication at the master's --repair-rate: corrupt copies found
+   by the scrub are copied back from a good replica) until nothing more can be fixed; what could
+   not be (lost blocks, no worker left to take a copy) is said.
 
-Exit 0 only when clean: no metadata problem, no missing or orphan copy found, nothing under-
-replicated or lost. --scrub (re-reading and verifying every stored byte on the workers) needs a
-verify operation in the workers' data plane, which they do not have yet: it answers NotSupported.
+Exit 0 only when clean: no metadata problem, no missing, orphan or corrupt copy found (with
+--repair: none left unfixed), no copy the scrub could not check, nothing under-replicated or lost.
 """
 from __future__ import annotations
 
@@ -19,32 +24,59 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
 from curvine_py.cli.common import add_client_options, client_from, run_tool
 from curvine_py.client.master import MasterClient
-from curvine_py.core.errors import NotSupported, Timeout
+from curvine_py.config import parse_size
+from curvine_py.core.errors import Timeout
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 INVENTORY_DEADLINE_S = 60.0     # workers re-register at their next heartbeat (1 s by default)
 REPAIR_DEADLINE_S = 600.0
 POLL_S = 0.2
 REPAIR_RPC_TIMEOUT_S = 300.0    # one repair round copies up to a few hundred blocks
+SCRUB_RPC_TIMEOUT_S = 120.0     # one page is ~5 s of work on the master, plus one copy's verify
+DEFAULT_SCRUB_RATE = "64MiB"
+SHOWN = 50                      # corrupt/missing copies and errors listed in the text output
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="curvine-py fsck", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_client_options(p)
-    p.add_argument("--repair", action="store_true", help="fix what can be fixed (re-replicate)")
-    p.add_argument("--scrub", action="store_true", help="re-read and verify stored bytes (not supported yet)")
+    p.add_argument("--repair", action="store_true",
+                   help="fix what can be fixed (re-replicate, delete orphan blocks on the workers)")
+    p.add_argument("--scrub", action="store_true", help="have the workers re-read and verify every stored copy")
+    p.add_argument("--scrub-rate", default=DEFAULT_SCRUB_RATE,
+                   help=f"verified bytes/s for the whole cluster (default {DEFAULT_SCRUB_RATE}, 0 = unlimited)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     return p
 
 
-def collect_inventories(master: MasterClient, deadline_s: float = INVENTORY_DEADLINE_S) -> pb.FsckReply:
-    reply = master.fsck(rescan=True)
+@dataclass(slots=True)
+class ScrubTotals:
+    copies: int = 0
+    bytes: int = 0
+    skipped: int = 0
+    corrupt: list[pb.CorruptCopy] = field(default_factory=list)
+    missing: list[pb.CorruptCopy] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        def copy(c: pb.CorruptCopy) -> dict[str, Any]:
+            return {"blockId": f"{c.block_id:x}", "workerId": c.worker_id, "path": c.path, "reason": c.reason}
+        return {"copies": self.copies, "bytes": self.bytes, "skipped": self.skipped,
+                "corrupt": [copy(c) for c in self.corrupt], "missing": [copy(c) for c in self.missing],
+                "errors": self.errors}
+
+
+def collect_inventories(master: MasterClient, deadline_s: float = INVENTORY_DEADLINE_S, *,
+                        delete_orphans: bool = False) -> pb.FsckReply:
+    reply = master.fsck(rescan=True, delete_orphans=delete_orphans)
     deadline = time.monotonic() + deadline_s
     while reply.pending:
         if time.monotonic() > deadline:
@@ -52,6 +84,22 @@ def collect_inventories(master: MasterClient, deadline_s: float = INVENTORY_DEAD
         time.sleep(POLL_S)
         reply = master.fsck()
     return reply
+
+
+def scrub(master: MasterClient, rate: int) -> ScrubTotals:
+    """Every recorded copy verified, page by page (the master keeps the pace)."""
+    totals, after = ScrubTotals(), 0
+    while True:
+        page = master.scrub_page(after, rate, timeout_s=SCRUB_RPC_TIMEOUT_S)
+        totals.copies += page.copies
+        totals.bytes += page.bytes
+        totals.skipped += page.skipped
+        totals.corrupt += list(page.corrupt)
+        totals.missing += list(page.missing)
+        totals.errors += list(page.errors)
+        if page.done:
+            return totals
+        after = page.next_after
 
 
 def repair(master: MasterClient, deadline_s: float = REPAIR_DEADLINE_S) -> tuple[pb.FsckReply, int, list[str]]:
@@ -74,18 +122,34 @@ def repair(master: MasterClient, deadline_s: float = REPAIR_DEADLINE_S) -> tuple
             time.sleep(POLL_S)
 
 
-def clean(reply: pb.FsckReply, inventories: list[pb.WorkerInventory]) -> bool:
+def clean(reply: pb.FsckReply, inventories: list[pb.WorkerInventory], scrubbed: ScrubTotals | None = None,
+          *, repaired: bool = False) -> bool:
+    """With `repaired`, what the inventories and the scrub found counts only through what is left."""
     r = reply.replication
-    found = any(i.missing or i.orphans for i in inventories)
+    found = not repaired and any(i.missing or i.orphans for i in inventories)
+    if scrubbed is not None:
+        found = found or bool(scrubbed.errors) or (not repaired and bool(scrubbed.corrupt or scrubbed.missing))
     return not reply.problems and not found and not r.under_replicated and not r.lost
 
 
+def _copy_line(kind: str, c: pb.CorruptCopy) -> str:
+    return f"{kind}: block {c.block_id:x} on worker {c.worker_id} ({c.path or '<no name>'}): {c.reason}"
+
+
 def render(reply: pb.FsckReply, inventories: list[pb.WorkerInventory], repaired: bool, copied: int,
-           errors: list[str]) -> str:
+           errors: list[str], scrubbed: ScrubTotals | None = None) -> str:
     lines = []
     for inv in inventories:
+        fate = "deleted on the worker" if inv.orphans_deleted else "left on the worker; --repair deletes them"
         lines.append(f"worker {inv.worker_id}: {inv.reported} blocks; {inv.missing} recorded copies missing "
-                     f"(dropped from the metadata), {inv.orphans} orphan blocks (deleted on the worker)")
+                     f"(dropped from the metadata), {inv.orphans} orphan blocks ({fate})")
+    if scrubbed is not None:
+        lines.append(f"scrub: {scrubbed.copies} copies verified ({scrubbed.bytes} bytes), {len(scrubbed.corrupt)} "
+                     f"corrupt (dropped), {len(scrubbed.missing)} missing, {len(scrubbed.errors)} not checked, "
+                     f"{scrubbed.skipped} on workers not live")
+        lines += [_copy_line("CORRUPT", c) for c in scrubbed.corrupt[:SHOWN]]
+        lines += [_copy_line("MISSING", c) for c in scrubbed.missing[:SHOWN]]
+        lines += [f"NOT CHECKED: {e}" for e in scrubbed.errors[:SHOWN]]
     lines += [f"METADATA: {problem}" for problem in reply.problems]
     r = reply.replication
     lines.append(f"blocks: {r.under_replicated} under-replicated, {r.lost} lost, {r.surplus} surplus")
@@ -107,23 +171,26 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
 
     def body() -> int:
-        if args.scrub:
-            raise NotSupported("--scrub needs the workers to verify their stored bytes, which their data plane "
-                               "cannot do yet; run fsck without --scrub (reads still verify every byte)")
+        rate = parse_size(args.scrub_rate)
         with client_from(args) as client:
-            reply = collect_inventories(client.master)
+            reply = collect_inventories(client.master, delete_orphans=args.repair)
             inventories = list(reply.inventories)
+            scrubbed = scrub(client.master, rate) if args.scrub else None
             copied, errors = 0, list[str]()
             if args.repair:
                 reply, copied, errors = repair(client.master)
-        ok = clean(reply, []) if args.repair else clean(reply, inventories)
+            elif scrubbed is not None:
+                reply = client.master.fsck()      # the replica counts after the scrub dropped copies
+        ok = clean(reply, inventories, scrubbed, repaired=args.repair)
         if args.json:
             out = MessageToDict(reply, always_print_fields_with_no_presence=True)
             out["inventories"] = [MessageToDict(i, always_print_fields_with_no_presence=True) for i in inventories]
             out.update(clean=ok, copied=copied, errors=errors)
+            if scrubbed is not None:
+                out["scrub"] = scrubbed.as_dict()
             print(json.dumps(out, indent=2))
         else:
-            print(render(reply, inventories, args.repair, copied, errors))
+            print(render(reply, inventories, args.repair, copied, errors, scrubbed))
             print("clean" if ok else "NOT clean", file=sys.stderr if not ok else sys.stdout)
         return 0 if ok else 1
 

@@ -199,7 +199,16 @@ class MasterClient:
     def report(self) -> pb.ClusterReport:
         return self._call(self._rpc.report, pb.Empty())
 
-    def fsck(self, *, rescan: bool = False, repair: bool = False, timeout_s: float | None = None) -> pb.FsckReply:
+    def fsck(self, *, rescan: bool = False, repair: bool = False, timeout_s: float | None = None,
+             delete_orphans: bool = False) -> pb.FsckReply:
         """The master's consistency view (cli/fsck.py); `rescan` asks every live worker for its full
-        inventory again, `repair` runs one repair round before answering."""
-        return self._call(self._rpc.fsck, pb.FsckRequest(rescan=rescan, repair=repair), timeout_s=timeout_s)
+        inventory again (`delete_orphans`: unreferenced blocks found are deleted on them), `repair`
+        runs one repair round before answering."""
+        return self._call(self._rpc.fsck, pb.FsckRequest(rescan=rescan, repair=repair, delete_orphans=delete_orphans),
+                          timeout_s=timeout_s)
+
+    def scrub_page(self, after: int, rate: int, timeout_s: float | None = None) -> pb.ScrubPage:
+        """fsck --scrub: the recorded copies of the blocks after `after` verified on their workers
+        at `rate` bytes/s (master/scrub.py); loop with `next_after` until `done`."""
+        request = pb.FsckRequest(scrub=True, scrub_after=after, scrub_rate=rate)
+        return self._call(self._rpc.fsck, request, timeout_s=timeout_s).scrub

@@ -1,7 +1,10 @@
 """The one place that converts the master's domain values to and from protobuf messages."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from curvine_py.core.errors import CurvineError, InvalidArgument
+from curvine_py.master.scrub import BadCopy, ScrubbedPage
 from curvine_py.master.store.replication import ReplicationState
 from curvine_py.master.types import (
     AddedBlock,
@@ -174,7 +177,8 @@ def replication_pb(state: ReplicationState, stats: RepairStats) -> mpb.Replicati
 
 
 def inventory_pb(i: Inventory) -> mpb.WorkerInventory:
-    return mpb.WorkerInventory(worker_id=i.worker_id, reported=i.reported, missing=i.missing, orphans=i.orphans)
+    return mpb.WorkerInventory(worker_id=i.worker_id, reported=i.reported, missing=i.missing, orphans=i.orphans,
+                               orphans_deleted=i.orphans_deleted)
 
 
 def fsck_reply(problems: list[str], replication: mpb.Replication, inventories: list[Inventory],
@@ -184,3 +188,12 @@ def fsck_reply(problems: list[str], replication: mpb.Replication, inventories: l
                          copied=repaired.copied, failed=repaired.failed, dropped=repaired.dropped,
                          unplaceable=repaired.unplaceable, throttled=repaired.throttled,
                          errors=list(repaired.errors))
+
+
+def scrub_page_pb(page: ScrubbedPage, path_of: Callable[[int], str]) -> mpb.ScrubPage:
+    def bad(c: BadCopy) -> mpb.CorruptCopy:
+        return mpb.CorruptCopy(block_id=c.block_id, worker_id=c.worker_id, path=path_of(c.ino), reason=c.reason)
+    return mpb.ScrubPage(next_after=page.next_after, done=page.done, copies=page.copies, bytes=page.bytes,
+                         skipped=page.skipped,
+                         corrupt=[bad(c) for c in page.corrupt], missing=[bad(c) for c in page.missing],
+                         errors=page.errors)

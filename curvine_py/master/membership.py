@@ -70,6 +70,7 @@ class Membership:
         # next heartbeat), and what each inventory found since it was asked for.
         self._inventory_wanted: set[str] = set()
         self._inventories: dict[str, Inventory] = {}
+        self._inventory_deletes = False   # fsck --repair: orphans found by those inventories are deleted
         if self._last_seen:
             log.info("restored %d live workers at epoch %d; their leases restart now",
                      len(self._last_seen), self._epoch)
@@ -109,9 +110,13 @@ class Membership:
             self._commit_change([record])
         delete = reconciled.delete
         if info.worker_id in self._inventory_wanted:
+            # Asked for by fsck: without --repair its orphans are only counted and stay on the worker
+            # (fsck without --repair changes no stored data); its next ordinary registration deletes them.
             self._inventory_wanted.discard(info.worker_id)
             self._inventories[info.worker_id] = Inventory(info.worker_id, len(reported), reconciled.missing,
-                                                          len(delete))
+                                                          len(delete), self._inventory_deletes)
+            if not self._inventory_deletes:
+                delete = ()
         self._last_seen[info.worker_id] = self._clock()
         log.info("worker %s registered (%s:%d node %s, %d blocks reported, %d to delete), epoch %d",
                  info.worker_id, info.host, info.port, info.node, len(reported), len(delete), self._epoch)
@@ -158,10 +163,12 @@ class Membership:
                     gone, self.lease_ms, self._epoch)
         return gone
 
-    def request_inventories(self) -> list[str]:
+    def request_inventories(self, delete_orphans: bool = False) -> list[str]:
         """fsck: every live worker is to send its full block inventory again (at its next heartbeat);
-        results of earlier requests are forgotten. Returns the workers asked."""
+        results of earlier requests are forgotten. `delete_orphans`: the blocks nothing references
+        that they report are deleted on them, else left. Returns the workers asked."""
         self.expire()
+        self._inventory_deletes = delete_orphans
         self._inventory_wanted = set(self._last_seen)
         self._inventories = {}
         return sorted(self._inventory_wanted)

@@ -71,6 +71,13 @@ class BlockCopier:
         self._io.call(_address(target), frames.Op.WRITE_BLOCK, header, data)
         return len(data)
 
+    def verify(self, block_id: int, worker: WorkerInfo) -> int | None:
+        """Has `worker` re-read and verify its copy of the block (data-plane SCRUB). Returns its length,
+        or None when it has no copy. Raises Corrupt when the copy failed (the worker dropped it),
+        Unavailable/Timeout when it does not answer."""
+        reply = self._io.call(_address(worker), frames.Op.SCRUB, DataHeader(block_id=block_id))
+        return int(reply.header.length) if reply.header.found else None
+
 
 def _address(w: WorkerInfo) -> WorkerAddress:
     return WorkerAddress(worker_id=w.worker_id, host=w.host, port=w.port, node=w.node,
@@ -103,6 +110,10 @@ class Repairer:
                 self._reader.close()
                 self._reader = None
         self._copier.close()
+
+    @property
+    def copier(self) -> BlockCopier:
+        return self._copier
 
     def stats(self) -> RepairStats:
         return self._stats

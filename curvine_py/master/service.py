@@ -22,7 +22,7 @@ from typing import Any, TypeAlias, TypeVar
 import grpc
 
 from curvine_py.core.errors import CurvineError, InvalidArgument, NotSupported
-from curvine_py.master import convert
+from curvine_py.master import convert, scrub
 from curvine_py.master.leases import DirLeases, LeaseBusy
 from curvine_py.master.membership import Membership
 from curvine_py.master.namespace import Namespace
@@ -390,15 +390,28 @@ class MasterService(master_pb2_grpc.MasterServicer):
 
     @grpc_method
     def Fsck(self, request: mpb.FsckRequest, context: Ctx) -> mpb.FsckReply:
+        if request.scrub:
+            return mpb.FsckReply(scrub=self._scrub_page(request.scrub_after, request.scrub_rate))
         if request.repair and (self._repairer is None or not self._repairer.enabled):
             raise NotSupported("re-replication is off on this master (--repair-rate 0): nothing can be repaired")
         if request.rescan:
-            asked = self._store.call(self._mem.request_inventories)
+            asked = self._store.call(self._mem.request_inventories, request.delete_orphans)
             log.info("fsck: asked workers %s for their full inventories", asked)
         repaired = self._repairer.step() if request.repair and self._repairer else RoundResult()
         problems = self._read(Namespace.check)
         inventories, pending = self._store.call(self._mem.inventories)
         return convert.fsck_reply(problems, self._replication(), inventories, pending, repaired)
+
+    def _scrub_page(self, after: int, rate: int) -> mpb.ScrubPage:
+        """One page of fsck --scrub (master/scrub.py); bad copies leave the metadata at once."""
+        if self._repairer is None:
+            raise NotSupported("this master has no data-plane client to scrub with")
+        blocks = self._read(Namespace.recorded_blocks, after, scrub.PAGE_BLOCKS)
+        live = {w.worker_id: w for w in self._store.call(self._mem.live_workers)}
+        page = scrub.scrub_page(self._repairer.copier, blocks, live, after=after, rate=rate)
+        for bad in page.corrupt + page.missing:
+            self._store.call(lambda b=bad: self._ns.drop_locations(b.worker_id, [b.block_id], unlink_cache=True))
+        return convert.scrub_page_pb(page, lambda ino: self._read(Namespace.path_of, ino))
 
     # ------------------------------------------------------------------ background
 

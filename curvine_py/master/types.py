@@ -201,7 +201,8 @@ class Inventory:
     worker_id: str
     reported: int        # blocks it holds
     missing: int         # recorded copies it does not have (dropped from the metadata)
-    orphans: int         # blocks it holds that nothing references (deleted on it)
+    orphans: int         # blocks it holds that nothing references
+    orphans_deleted: bool = False   # they were deleted on it (fsck --repair), else left there
 
 
 @dataclass(frozen=True, slots=True)

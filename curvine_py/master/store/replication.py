@@ -41,8 +41,30 @@ class ReplicationState:
     lost_files: tuple[str, ...]          # paths of files with a lost block (at most LOST_FILES_SHOWN)
 
 
+@dataclass(frozen=True, slots=True)
+class RecordedBlock:
+    """A block and every worker recorded to hold a copy (live or not), for fsck --scrub."""
+
+    block_id: int
+    ino: int
+    length: int
+    holders: tuple[str, ...]
+
+
 class Replication(Policies):
     """Replica counts over the block table."""
+
+    def recorded_blocks(self, after: int, limit: int) -> list[RecordedBlock]:
+        """Blocks with at least one recorded copy, in block id order after `after` (a page)."""
+        rows = self._db.execute(
+            "SELECT b.block_id, b.ino, b.length, group_concat(l.worker_id) FROM blocks b "
+            "JOIN locations l ON l.block_id = b.block_id WHERE b.block_id > ? "
+            "GROUP BY b.block_id ORDER BY b.block_id LIMIT ?", (min(after, 2**63 - 1), limit)).fetchall()
+        return [RecordedBlock(int(b), int(i), int(n), tuple(sorted(str(w).split(",")))) for b, i, n, w in rows]
+
+    def path_of(self, ino: int) -> str:
+        """A path of the file `ino` ("" when it has no name left)."""
+        return self._path_of(ino) or ""
 
     def replication_state(self, live: set[str]) -> ReplicationState:
         under: list[BlockCopies] = []

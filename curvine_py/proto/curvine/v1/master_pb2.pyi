@@ -492,27 +492,69 @@ class Replication(_message.Message):
     def __init__(self, under_replicated: _Optional[int] = ..., lost: _Optional[int] = ..., surplus: _Optional[int] = ..., lost_files: _Optional[_Iterable[str]] = ..., repaired_blocks: _Optional[int] = ..., repaired_bytes: _Optional[int] = ..., repair_failures: _Optional[int] = ..., repair_rate: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
 
 class FsckRequest(_message.Message):
-    __slots__ = ("rescan", "repair")
+    __slots__ = ("rescan", "repair", "delete_orphans", "scrub", "scrub_after", "scrub_rate")
     RESCAN_FIELD_NUMBER: _ClassVar[int]
     REPAIR_FIELD_NUMBER: _ClassVar[int]
+    DELETE_ORPHANS_FIELD_NUMBER: _ClassVar[int]
+    SCRUB_FIELD_NUMBER: _ClassVar[int]
+    SCRUB_AFTER_FIELD_NUMBER: _ClassVar[int]
+    SCRUB_RATE_FIELD_NUMBER: _ClassVar[int]
     rescan: bool
     repair: bool
-    def __init__(self, rescan: _Optional[bool] = ..., repair: _Optional[bool] = ...) -> None: ...
+    delete_orphans: bool
+    scrub: bool
+    scrub_after: int
+    scrub_rate: int
+    def __init__(self, rescan: _Optional[bool] = ..., repair: _Optional[bool] = ..., delete_orphans: _Optional[bool] = ..., scrub: _Optional[bool] = ..., scrub_after: _Optional[int] = ..., scrub_rate: _Optional[int] = ...) -> None: ...
+
+class CorruptCopy(_message.Message):
+    __slots__ = ("block_id", "worker_id", "path", "reason")
+    BLOCK_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    block_id: int
+    worker_id: str
+    path: str
+    reason: str
+    def __init__(self, block_id: _Optional[int] = ..., worker_id: _Optional[str] = ..., path: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ScrubPage(_message.Message):
+    __slots__ = ("next_after", "done", "copies", "bytes", "corrupt", "missing", "errors", "skipped")
+    NEXT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    COPIES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    CORRUPT_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    next_after: int
+    done: bool
+    copies: int
+    bytes: int
+    corrupt: _containers.RepeatedCompositeFieldContainer[CorruptCopy]
+    missing: _containers.RepeatedCompositeFieldContainer[CorruptCopy]
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    skipped: int
+    def __init__(self, next_after: _Optional[int] = ..., done: _Optional[bool] = ..., copies: _Optional[int] = ..., bytes: _Optional[int] = ..., corrupt: _Optional[_Iterable[_Union[CorruptCopy, _Mapping]]] = ..., missing: _Optional[_Iterable[_Union[CorruptCopy, _Mapping]]] = ..., errors: _Optional[_Iterable[str]] = ..., skipped: _Optional[int] = ...) -> None: ...
 
 class WorkerInventory(_message.Message):
-    __slots__ = ("worker_id", "reported", "missing", "orphans")
+    __slots__ = ("worker_id", "reported", "missing", "orphans", "orphans_deleted")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     REPORTED_FIELD_NUMBER: _ClassVar[int]
     MISSING_FIELD_NUMBER: _ClassVar[int]
     ORPHANS_FIELD_NUMBER: _ClassVar[int]
+    ORPHANS_DELETED_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     reported: int
     missing: int
     orphans: int
-    def __init__(self, worker_id: _Optional[str] = ..., reported: _Optional[int] = ..., missing: _Optional[int] = ..., orphans: _Optional[int] = ...) -> None: ...
+    orphans_deleted: bool
+    def __init__(self, worker_id: _Optional[str] = ..., reported: _Optional[int] = ..., missing: _Optional[int] = ..., orphans: _Optional[int] = ..., orphans_deleted: _Optional[bool] = ...) -> None: ...
 
 class FsckReply(_message.Message):
-    __slots__ = ("problems", "replication", "inventories", "pending", "copied", "failed", "dropped", "unplaceable", "throttled", "errors")
+    __slots__ = ("problems", "replication", "inventories", "pending", "copied", "failed", "dropped", "unplaceable", "throttled", "errors", "scrub")
     PROBLEMS_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FIELD_NUMBER: _ClassVar[int]
     INVENTORIES_FIELD_NUMBER: _ClassVar[int]
@@ -523,6 +565,7 @@ class FsckReply(_message.Message):
     UNPLACEABLE_FIELD_NUMBER: _ClassVar[int]
     THROTTLED_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
+    SCRUB_FIELD_NUMBER: _ClassVar[int]
     problems: _containers.RepeatedScalarFieldContainer[str]
     replication: Replication
     inventories: _containers.RepeatedCompositeFieldContainer[WorkerInventory]
@@ -533,7 +576,8 @@ class FsckReply(_message.Message):
     unplaceable: int
     throttled: bool
     errors: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, problems: _Optional[_Iterable[str]] = ..., replication: _Optional[_Union[Replication, _Mapping]] = ..., inventories: _Optional[_Iterable[_Union[WorkerInventory, _Mapping]]] = ..., pending: _Optional[_Iterable[str]] = ..., copied: _Optional[int] = ..., failed: _Optional[int] = ..., dropped: _Optional[int] = ..., unplaceable: _Optional[int] = ..., throttled: _Optional[bool] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
+    scrub: ScrubPage
+    def __init__(self, problems: _Optional[_Iterable[str]] = ..., replication: _Optional[_Union[Replication, _Mapping]] = ..., inventories: _Optional[_Iterable[_Union[WorkerInventory, _Mapping]]] = ..., pending: _Optional[_Iterable[str]] = ..., copied: _Optional[int] = ..., failed: _Optional[int] = ..., dropped: _Optional[int] = ..., unplaceable: _Optional[int] = ..., throttled: _Optional[bool] = ..., errors: _Optional[_Iterable[str]] = ..., scrub: _Optional[_Union[ScrubPage, _Mapping]] = ...) -> None: ...
 
 class DirLeaseReply(_message.Message):
     __slots__ = ("granted", "term_ms", "names")
