@@ -17,10 +17,10 @@ from curvine_py.client.master import MasterClient
 from curvine_py.client.types import DiskUsage, FileStatus, Quota
 from curvine_py.core.errors import AlreadyExists, CurvineError, InvalidArgument, IsADirectory, NotFound
 from curvine_py.core.keys import split_path
+from curvine_py.core.posix import ROOT_INO
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
-ROOT_INO = 1
 COPY_CHUNK = 16 << 20
 
 

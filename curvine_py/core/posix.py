@@ -10,6 +10,7 @@ import stat
 
 from curvine_py.core.errors import InvalidArgument
 
+ROOT_INO = 1                 # the root directory's inode number, everywhere (FUSE's too)
 RENAME_NOREPLACE = 1         # renameat2(2) flags; the same values travel on the wire (master.proto)
 RENAME_EXCHANGE = 2
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-ROOT_INO = 1
+# Re-exported for the master's modules: one definition, in core.
+from curvine_py.core.posix import RENAME_EXCHANGE as RENAME_EXCHANGE  # noqa: PLC0414 - explicit re-export
+from curvine_py.core.posix import RENAME_NOREPLACE as RENAME_NOREPLACE  # noqa: PLC0414 - explicit re-export
+from curvine_py.core.posix import ROOT_INO as ROOT_INO  # noqa: PLC0414 - explicit re-export
 
-RENAME_NOREPLACE = 1
-RENAME_EXCHANGE = 2
 XATTR_CREATE = 1
 XATTR_REPLACE = 2
 

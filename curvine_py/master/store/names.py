@@ -3,6 +3,7 @@ link, unlink, rename with RENAME_NOREPLACE/EXCHANGE, orphans released by their k
 """
 from __future__ import annotations
 
+from curvine_py.core import posix
 from curvine_py.core.errors import (
     AlreadyExists,
     DirectoryNotEmpty,
@@ -120,11 +121,8 @@ class Names(Policies, Quotas):
             charges = new_charges()
             self._charge_dir(charges, parent, 0, 1)
             self._charge(charges)
-            perm = mode & 0o7777
-            if parent_attr.mode & 0o2000:   # setgid directory: group inherited, dirs stay setgid
-                gid = parent_attr.gid
-                if kind == FileType.DIRECTORY:
-                    perm |= 0o2000
+            gid, perm = posix.inherit_from_parent(parent_attr.mode, parent_attr.gid, gid, mode,
+                                                  kind == FileType.DIRECTORY)
             if kind == FileType.REGULAR:
                 block_size = self._effective(parent)[0].block_size or self.block_size
             else:
@@ -260,8 +258,7 @@ class Names(Policies, Quotas):
                flags: int = 0, keep_orphan: bool = False, keeper: str = "") -> RenameResult:
         """rename(2)/renameat2(2) as one transaction. A replaced file left without names is freed,
         or kept as an orphan (`keep_orphan`: still open) until `release_orphan`, as in `unlink`."""
-        if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) or flags == RENAME_NOREPLACE | RENAME_EXCHANGE:
-            raise InvalidArgument(f"bad rename flags {flags:#x}")
+        posix.check_rename_flags(flags)
         validate_name(name)
         validate_name(new_name)
         with self.transaction():
