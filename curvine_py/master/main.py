@@ -1,6 +1,7 @@
 """`curvine-py master`: the composition root of the master process.
 
-Opens the store (one SQLite file under --data-dir, locked against a second master), restores the
+Opens the store (the engine --meta names, by default one SQLite file under --data-dir, locked
+against a second master; master/engine/), restores the
 membership, starts the store thread, the gRPC server and the maintenance task, announces readiness
 (`master=HOST:PORT` on stdout and in DATA_DIR/master.addr) and runs until SIGTERM/SIGINT.
 Teardown runs in reverse order: server (grace for in-flight calls), maintenance, store thread, DB.
@@ -9,21 +10,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import logging
 import os
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator
-from typing import IO, Any
+from typing import Any
 
 from curvine_py import config
 from curvine_py.core.errors import CurvineError
+from curvine_py.master.engine import open as engine
+from curvine_py.master.engine.url import MetaURL, parse_meta_url
 from curvine_py.master.leases import DirLeases
 from curvine_py.master.membership import Membership
-from curvine_py.master.namespace import MIN_BLOCK_SIZE, Namespace
+from curvine_py.master.namespace import MIN_BLOCK_SIZE
 from curvine_py.master.repair import BlockCopier, Repairer
 from curvine_py.master.service import MasterService, build_server
 from curvine_py.master.sessions import Sessions
@@ -32,9 +33,8 @@ from curvine_py.master.types import StorageClass
 
 log = logging.getLogger(__name__)
 
-DB_FILE = "meta.db"
+DB_FILE = engine.DB_FILE
 ADDR_FILE = "master.addr"
-LOCK_FILE = "master.lock"
 STOP_GRACE_S = 2.0
 
 
@@ -65,6 +65,9 @@ def setup_logging(level: str, node: str) -> None:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="curvine-py master", description="curvine-py metadata service")
     p.add_argument("--data-dir", help="directory of the metadata database (created if missing)")
+    p.add_argument("--meta", help="metadata engine URL: sqlite:///PATH/meta.db or postgresql://USER@HOST:PORT/DB "
+                                  "(default: sqlite under --data-dir)")
+    p.add_argument("--meta-password-file", help="file holding the PostgreSQL password (else PGPASSWORD/PGPASSFILE)")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="gRPC port (0 = any free port; default 8995)")
     p.add_argument("--token", help="shared secret required from every client and worker")
@@ -117,19 +120,15 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
     return cfg
 
 
-@contextlib.contextmanager
-def data_dir_lock(data_dir: str) -> Iterator[IO[str]]:
-    """One master per data dir: two writers of one SQLite file would each believe they own it."""
-    with open(os.path.join(data_dir, LOCK_FILE), "a+") as fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise CurvineError(f"another master is running on {data_dir}") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"{os.getpid()}\n")
-        fh.flush()
-        yield fh
+def meta_url(args: argparse.Namespace, cfg: config.MasterConfig) -> MetaURL:
+    """The engine --meta names (default: SQLite under the data dir); refused before anything starts
+    when malformed or not runnable here."""
+    url = (parse_meta_url(args.meta, password_file=args.meta_password_file or "") if args.meta
+           else engine.default_url(os.path.abspath(cfg.data_dir)))
+    if args.meta_password_file and not args.meta:
+        raise CurvineError("--meta-password-file needs a postgresql:// --meta")
+    engine.require_supported(url)
+    return url
 
 
 def format_address(host: str, port: int) -> str:
@@ -146,14 +145,17 @@ def write_address(data_dir: str, address: str) -> None:
     os.replace(tmp, path)
 
 
-def serve(cfg: config.MasterConfig) -> int:
+def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
     data_dir = os.path.abspath(cfg.data_dir)
     os.makedirs(data_dir, exist_ok=True)
+    url = url or engine.default_url(data_dir)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(data_dir_lock(data_dir))
-        ns = Namespace(os.path.join(data_dir, DB_FILE), block_size=cfg.block_size,
-                       root_class=StorageClass.parse(cfg.root_policy_class),
-                       durable_replicas=cfg.default_replicas_durable, unlink_grace_ms=cfg.unlink_grace_ms)
+        stack.enter_context(engine.exclusive(url, data_dir))
+        log.info("metadata engine %s", url.masked())
+        ns = engine.open_namespace(url, block_size=cfg.block_size,
+                                   root_class=StorageClass.parse(cfg.root_policy_class),
+                                   durable_replicas=cfg.default_replicas_durable,
+                                   unlink_grace_ms=cfg.unlink_grace_ms)
         stack.callback(ns.close)
         membership = Membership(ns, lease_ms=cfg.lease_ms, heartbeat_interval_ms=cfg.heartbeat_interval_ms)
         store = StoreThread(ns)
@@ -217,7 +219,7 @@ def main(argv: list[str]) -> int:
     setup_logging(args.log_level, socket.gethostname())
     try:
         cfg = load_config(args)
-        return serve(cfg)
+        return serve(cfg, meta_url(args, cfg))
     except CurvineError as exc:
         log.error("%s", exc.message)
         return 2
