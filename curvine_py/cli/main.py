@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "fsck": ("curvine_py.cli.fsck", "check metadata against worker inventories; --repair fixes what it can"),
     "mount": ("curvine_py.fuse.main", "FUSE mount of the namespace"),
     "csi": ("curvine_py.csi.main", "Kubernetes CSI driver (identity, controller, node) on a unix socket"),
+    "meta": ("curvine_py.cli.meta", "metadata engine tools: dump and load a namespace"),
     "bench": ("curvine_py.bench.main", "benchmarks: kv placement meta fuse lmcache"),
 }
 

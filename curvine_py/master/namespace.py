@@ -18,6 +18,7 @@ above 2**63-1 are treated as unknown.
 from __future__ import annotations
 
 from curvine_py.master.store.blocks import Blocks
+from curvine_py.master.store.bulk import Bulk
 from curvine_py.master.store.db import MAX_ID
 from curvine_py.master.store.fsck import Checks
 from curvine_py.master.store.names import READDIR_DEFAULT_LIMIT, READDIR_MAX_LIMIT, Names
@@ -34,7 +35,7 @@ __all__ = ["MAX_BLOCK_SIZE", "MAX_ID", "MAX_REPLICAS", "MIN_BLOCK_SIZE", "READDI
            "XATTR_VALUE_MAX", "Namespace"]
 
 
-class Namespace(Names, Xattrs, Blocks, BlockReports, Replication, WorkerRows, Checks):
+class Namespace(Names, Xattrs, Blocks, BlockReports, Replication, WorkerRows, Checks, Bulk):
     """The durable store. Open with a path to the SQLite file (created, with the root, if new)."""
 
     def reader(self) -> Namespace:

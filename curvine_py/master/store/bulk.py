@@ -1,0 +1,64 @@
+"""Whole-database access for dump and load (master/engine/transfer.py): the tables and their
+columns, every row of one, the inode counter, emptying the store and inserting rows as they were.
+Table names used in SQL here are the database's own (or checked against them by the caller).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from curvine_py.master.store.db import Database
+from curvine_py.master.types import ROOT_INO
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class Bulk(Database):
+    """Bulk reads and writes of every table (call inside a snapshot() or transaction())."""
+
+    def table_columns(self) -> list[tuple[str, tuple[str, ...]]]:
+        names = [str(row[0]) for row in self._db.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        return [(name, tuple(str(col[1]) for col in self._db.execute(f"PRAGMA table_info({_quoted(name)})")))
+                for name in names]
+
+    def table_size(self, table: str) -> int:
+        return int(self._db.execute(f"SELECT COUNT(*) FROM {_quoted(table)}").fetchone()[0])
+
+    def table_rows(self, table: str, columns: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+        cols = ", ".join(_quoted(c) for c in columns)
+        yield from self._db.execute(f"SELECT {cols} FROM {_quoted(table)}")
+
+    def next_ino(self) -> int:
+        """The inode number the next create gets (AUTOINCREMENT: never one that existed)."""
+        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name='inodes'").fetchone()
+        top = self._db.execute("SELECT COALESCE(MAX(ino), 0) FROM inodes").fetchone()[0]
+        return max(int(row[0]) if row is not None else 0, int(top)) + 1
+
+    def set_next_ino(self, next_ino: int) -> None:
+        self._db.execute("DELETE FROM sqlite_sequence WHERE name='inodes'")
+        self._db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('inodes', ?)", (next_ino - 1,))
+
+    def is_blank(self) -> bool:
+        """Nothing but what a new store starts with: the root inode and the meta keys."""
+        for table, _ in self.table_columns():
+            if table == "meta":
+                continue
+            if table == "inodes":
+                if self._db.execute("SELECT 1 FROM inodes WHERE ino != ? LIMIT 1", (ROOT_INO,)).fetchone():
+                    return False
+            elif self._db.execute(f"SELECT 1 FROM {_quoted(table)} LIMIT 1").fetchone():
+                return False
+        return True
+
+    def clear_all(self) -> None:
+        for table, _ in self.table_columns():
+            self._db.execute(f"DELETE FROM {_quoted(table)}")
+        self._db.execute("DELETE FROM sqlite_sequence")
+
+    def insert_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        cols = ", ".join(_quoted(c) for c in columns)
+        marks = ", ".join("?" for _ in columns)
+        self._db.executemany(f"INSERT INTO {_quoted(table)} ({cols}) VALUES ({marks})", rows)
