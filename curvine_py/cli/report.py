@@ -34,6 +34,9 @@ def main(argv: list[str]) -> int:
             print(f"  {w.worker_id:<18} {state:<4} {w.host}:{w.port:<6} node={w.node} "
                   f"used={w.used}/{w.capacity} objects={w.objects} blocks={w.blocks} "
                   f"evictions={w.evictions} heartbeat={age:.1f}s ago")
+            if w.live:
+                print(f"  {'':<18} disk reserve {w.free_space_ratio:.0%} of the file system = "
+                      f"{w.reserve_bytes} bytes kept free (free now {w.fs_free_bytes})")
         r = report.replication
         print(f"replication: {r.under_replicated} under-replicated, {r.lost} lost, {r.surplus} surplus blocks; "
               f"repaired {r.repaired_blocks} blocks ({r.repaired_bytes} bytes), {r.repair_failures} failed copies, "

@@ -71,19 +71,24 @@ def worker_pb(w: WorkerInfo) -> mpb.WorkerInfo:
     return mpb.WorkerInfo(worker_id=w.worker_id, host=w.host, port=w.port, unix_socket=w.unix_socket,
                           node=w.node, capacity=w.capacity, used=w.used, available=w.available,
                           lm_port=w.lm_port, live=w.live, last_heartbeat_ms=w.last_heartbeat_ms,
-                          blocks=w.blocks, objects=w.objects, evictions=w.evictions)
+                          blocks=w.blocks, objects=w.objects, evictions=w.evictions,
+                          free_space_ratio=w.free_space_ratio, reserve_bytes=w.reserve_bytes,
+                          fs_free_bytes=w.fs_free_bytes)
 
 
 def worker_from_pb(w: mpb.WorkerInfo) -> WorkerInfo:
     return WorkerInfo(worker_id=w.worker_id, host=w.host, port=w.port, unix_socket=w.unix_socket,
                       node=w.node, capacity=w.capacity, used=w.used, available=w.available,
                       lm_port=w.lm_port, live=w.live, last_heartbeat_ms=w.last_heartbeat_ms,
-                      blocks=w.blocks, objects=w.objects, evictions=w.evictions)
+                      blocks=w.blocks, objects=w.objects, evictions=w.evictions,
+                      free_space_ratio=w.free_space_ratio, reserve_bytes=w.reserve_bytes,
+                      fs_free_bytes=w.fs_free_bytes)
 
 
 def usage_from_pb(r: mpb.HeartbeatRequest) -> Usage:
     return Usage(capacity=r.capacity, used=r.used, available=r.available, blocks=r.blocks,
-                 objects=r.objects, evictions=r.evictions)
+                 objects=r.objects, evictions=r.evictions, free_space_ratio=r.free_space_ratio,
+                 reserve_bytes=r.reserve_bytes, fs_free_bytes=r.fs_free_bytes)
 
 
 def setattr_from_pb(r: mpb.SetAttrRequest) -> SetAttrChanges:

@@ -132,7 +132,8 @@ class Membership:
         self._workers[worker_id] = dataclasses.replace(
             self._workers[worker_id], capacity=usage.capacity, used=usage.used, available=usage.available,
             blocks=usage.blocks, objects=usage.objects, evictions=usage.evictions,
-            last_heartbeat_ms=self._wall_ms())
+            free_space_ratio=usage.free_space_ratio, reserve_bytes=usage.reserve_bytes,
+            fs_free_bytes=usage.fs_free_bytes, last_heartbeat_ms=self._wall_ms())
         evicted, bad = list(evicted), list(bad)
         if evicted or bad:
             with self._ns.transaction():

@@ -177,6 +177,9 @@ class WorkerInfo:
     blocks: int = 0
     objects: int = 0
     evictions: int = 0
+    free_space_ratio: float = 0.0   # the worker's disk reserve (heartbeat), not persisted
+    reserve_bytes: int = 0
+    fs_free_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +254,9 @@ class Usage:
     blocks: int = 0
     objects: int = 0
     evictions: int = 0
+    free_space_ratio: float = 0.0
+    reserve_bytes: int = 0
+    fs_free_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

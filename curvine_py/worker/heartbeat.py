@@ -15,6 +15,7 @@ backoff jitter comes from an injected `random.Random`, so tests run the loop wit
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -27,6 +28,7 @@ from curvine_py.core.errors import NotFound
 from curvine_py.proto.curvine.v1 import master_pb2
 from curvine_py.proto.curvine.v1.master_pb2_grpc import MasterStub
 from curvine_py.rpc.auth import call_metadata
+from curvine_py.rpc.channel import master_channel
 from curvine_py.rpc.errors import from_rpc_error
 from curvine_py.worker.server import WorkerState
 from curvine_py.worker.store import Store
@@ -39,10 +41,30 @@ RPC_TIMEOUT_S = 5.0
 DEFAULT_INTERVAL_MS = 1000
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 5.0
-# gRPC's own reconnect backoff grows to 120 s by default: a restarted master would wait that long
-# for our registration. Keep it in step with our retry loop.
-CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
-                   ("grpc.max_reconnect_backoff_ms", 2000))
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """The disk reserve (--free-space-ratio) summed over the data dirs, for `report`."""
+    free_space_ratio: float
+    reserve_bytes: int      # kept free on the dirs' file systems
+    fs_free_bytes: int      # free on them now (others write there too)
+
+
+def disk_reserve(store: Store) -> Reserve:
+    """Each file system counted once (two dirs on one disk keep one reserve there)."""
+    ratio, reserve, free = 0.0, 0, 0
+    seen: set[int] = set()
+    for data_dir in store.dirs:
+        ratio = max(ratio, data_dir.free_space_ratio)
+        device = os.stat(data_dir.path).st_dev
+        if device in seen:
+            continue
+        seen.add(device)
+        total, available = data_dir.disk()
+        reserve += int(total * data_dir.free_space_ratio)
+        free += available
+    return Reserve(ratio, reserve, free)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +88,7 @@ class Heartbeater:
         self._master = master
         self._metadata = call_metadata(token)
         self._timeout = rpc_timeout_s
-        self._channel = grpc.insecure_channel(master, options=CHANNEL_OPTIONS)
+        self._channel = master_channel(master)
         self._stub = MasterStub(self._channel)  # type: ignore[no-untyped-call]
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -82,11 +104,14 @@ class Heartbeater:
     def worker_info(self) -> master_pb2.WorkerInfo:
         usage = self._store.usage()
         stats = self._store.stats()
+        reserve = disk_reserve(self._store)
         a = self._advertised
         return master_pb2.WorkerInfo(worker_id=a.worker_id, host=a.host, port=a.port, unix_socket=a.unix_socket,
                                      node=a.node, capacity=usage.capacity, used=usage.used,
                                      available=usage.available, lm_port=a.lm_port, live=True,
-                                     blocks=stats.blocks, objects=stats.objects, evictions=stats.evictions)
+                                     blocks=stats.blocks, objects=stats.objects, evictions=stats.evictions,
+                                     free_space_ratio=reserve.free_space_ratio,
+                                     reserve_bytes=reserve.reserve_bytes, fs_free_bytes=reserve.fs_free_bytes)
 
     def register(self) -> None:
         """One RegisterWorker call (raises grpc.RpcError)."""
@@ -109,10 +134,12 @@ class Heartbeater:
         evicted, bad = self._store.take_reports()
         usage = self._store.usage()
         stats = self._store.stats()
+        reserve = disk_reserve(self._store)
         request = master_pb2.HeartbeatRequest(
             worker_id=self._advertised.worker_id, capacity=usage.capacity, used=usage.used,
             available=usage.available, evicted_block_ids=evicted, bad_block_ids=bad, blocks=stats.blocks,
-            objects=stats.objects, evictions=stats.evictions)
+            objects=stats.objects, evictions=stats.evictions, free_space_ratio=reserve.free_space_ratio,
+            reserve_bytes=reserve.reserve_bytes, fs_free_bytes=reserve.fs_free_bytes)
         try:
             reply = self._stub.Heartbeat(request, timeout=self._timeout, metadata=self._metadata)
         except grpc.RpcError:
