@@ -87,6 +87,9 @@ class ClientConfig:
     # next owner or misses (a partitioned worker must not hold a model's request for the bulk
     # data timeout).
     kv_deadline_s: float = 2.0
+    # A file block read gives up on one worker when it has not answered (or stalls mid-reply) this
+    # long, connect included, then tries the next replica (instead of the bulk data timeout).
+    block_deadline_s: float = 2.0
     membership_refresh_s: float = 2.0
     kv_replicas: int = 1
     max_payload: int = 256 * MiB

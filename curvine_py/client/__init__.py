@@ -39,7 +39,8 @@ class CurvineClient:
         self.io = WorkerIO(base, self.node)
         # Workers that just failed a request are tried last, by files and KV alike.
         self.suspects = Suspects()
-        self.blocks = BlockStore(self.master, self.membership, self.io, self.suspects)
+        self.blocks = BlockStore(self.master, self.membership, self.io, self.suspects,
+                                 deadline_s=base.block_deadline_s)
         self.fs = FileSystem(self.master, self.blocks, self.node)
         self.kv = KVClient(self.membership, self.io, replicas=base.kv_replicas, deadline_s=base.kv_deadline_s,
                            suspects=self.suspects)

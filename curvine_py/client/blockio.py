@@ -3,7 +3,9 @@ verifiable ranges they are read in, and the pools shared by every open file (blo
 read-ahead and write-behind threads).
 
 Replicas: a read tries the block's workers in turn (the ones that failed recently last) until one
-returns verified bytes. A write goes to every granted worker at once and succeeds when at least
+returns verified bytes; each try gives up after `deadline_s` without an answer or progress
+(ClientConfig.block_deadline_s: connect, HELLO and every wait mid-reply, dataconn.py), so a worker
+cut off behind an open connection costs that long, not the bulk data timeout. A write goes to every granted worker at once and succeeds when at least
 one stored it; the block is then recorded with the workers that acknowledged it, and the master's
 re-replication restores the replica count. Only a write no worker took fails (and fails its file
 handle, see writeback.py).
@@ -21,7 +23,15 @@ from curvine_py.client.membership import MembershipCache
 from curvine_py.client.suspects import Suspects
 from curvine_py.client.workerio import WorkerIO
 from curvine_py.core import frames, layout
-from curvine_py.core.errors import Corrupt, CurvineError, NoSpace, NotFound, Timeout, Unavailable
+from curvine_py.core.errors import (
+    Corrupt,
+    CurvineError,
+    InvalidArgument,
+    NoSpace,
+    NotFound,
+    Timeout,
+    Unavailable,
+)
 from curvine_py.core.rules import verifiable_range
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
@@ -30,13 +40,17 @@ log = logging.getLogger(__name__)
 
 READ_AHEAD_THREADS = 4       # background fetches in flight, all files together
 SPARE_BLOCK_BUFFERS = 2      # per block size, all files together (a sequential writer needs two)
+DEFAULT_DEADLINE_S = 2.0     # ClientConfig.block_deadline_s
 
 
 class BlockStore:
     """Reads and writes whole blocks on workers for files (shared by every open file)."""
 
     def __init__(self, master: MasterClient, membership: MembershipCache, io_: WorkerIO,
-                 suspects: Suspects | None = None) -> None:
+                 suspects: Suspects | None = None, *, deadline_s: float = DEFAULT_DEADLINE_S) -> None:
+        if deadline_s <= 0:
+            raise InvalidArgument(f"block read deadline must be > 0 seconds, got {deadline_s}")
+        self.deadline_s = deadline_s
         self.master = master
         self.membership = membership
         self.suspects = suspects or Suspects()
@@ -105,7 +119,7 @@ class BlockStore:
         for worker_id in candidates:
             try:
                 _reply, data = self.io.read(view.workers[worker_id], frames.Op.READ_BLOCK, request, out,
-                                            whole=False)
+                                            whole=False, deadline_s=self.deadline_s)
             except (Unavailable, Timeout, Corrupt, NotFound) as exc:   # NotFound: this copy was just dropped
                 if not isinstance(exc, (Corrupt, NotFound)):
                     self.suspects.mark(worker_id)
