@@ -195,8 +195,12 @@ class Heartbeater:
             log.warning("master %s: %s failed (%d in a row, %d similar lines suppressed): %s", self._master,
                         "registration" if self._needs_register else "heartbeat", self.failures, suppressed,
                         error, exc_info=with_traceback)
-        delay = self._backoff * self._rng.uniform(0.5, 1.0)
-        self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
+        # A worker that has a lease to keep retries at least once per heartbeat interval: a restarted
+        # master takes it back with a fresh lease, and a longer backoff would let that lease expire
+        # (the worker leaves the view and its blocks' reads fail) although it serves all along.
+        cap = min(BACKOFF_MAX_S, self.interval_s) if self.registered.is_set() else BACKOFF_MAX_S
+        delay = min(self._backoff, cap) * self._rng.uniform(0.5, 1.0)
+        self._backoff = min(self._backoff * 2, cap)
         return delay
 
     def _run(self) -> None:
