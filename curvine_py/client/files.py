@@ -109,6 +109,14 @@ class CurvineFile(io.RawIOBase):
         self._position += n
         return n
 
+    def readall(self) -> bytes:
+        """The rest of the file in one positional read. Why not io.RawIOBase's default: it reads
+        8 KiB at a time, one block request per call, and a verified read fetches its whole 1 MiB
+        chunk, so `f.read()` of a 1 MiB file moved 128 MiB (about 100 times slower than read(n))."""
+        data = self.pread(self._position, max(0, self.size - self._position))
+        self._position += len(data)
+        return data
+
     def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
         if self._append:
             self._position = self.size
