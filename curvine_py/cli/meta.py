@@ -117,7 +117,7 @@ def do_load(args: argparse.Namespace) -> int:
         os.makedirs(data_dir, exist_ok=True)
     created = not os.path.exists(url.path)
     try:
-        with engine.exclusive(url, data_dir), _input(args.file) as source:
+        with _input(args.file) as source, engine.exclusive(url, data_dir):
             reader = DumpReader(source, args.file)
             ns = engine.open_namespace(url)
             try:

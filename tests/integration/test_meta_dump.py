@@ -113,3 +113,26 @@ def test_a_progress_bar_on_a_terminal_only(tmp_path: pathlib.Path) -> None:
     assert b"\x1b[" in shown and b"dump" in shown and b"dumped" in shown   # the bar, then the summary
     piped = cli("meta", "dump", "--data-dir", str(tmp_path / "d"), str(tmp_path / "y.dump"))
     assert b"\x1b[" not in piped.stderr and piped.stderr.count(b"\n") == 1
+
+
+def test_dump_to_a_pipe_and_load_from_one_by_url(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "d").mkdir()
+    source = Namespace(str(tmp_path / "d" / "meta.db"))
+    for i in range(20):
+        source.create(ROOT_INO, f"f{i}", FileType.REGULAR)
+    dumped = cli("meta", "dump", "--data-dir", str(tmp_path / "d"), "-")
+    assert dumped.returncode == 0 and dumped.stdout.startswith(b"\x04\x22\x4d\x18")   # an lz4 frame
+    target = tmp_path / "other" / "ns.db"
+    loaded = cli("meta", "load", "--meta", f"sqlite://{target}", "-", stdin=dumped.stdout)
+    assert loaded.returncode == 0, loaded.stderr
+    copy = Namespace(str(target))
+    assert [e.name for e in copy.readdir(ROOT_INO)[0]] == sorted(f"f{i}" for i in range(20))
+    assert copy.cluster_id == source.cluster_id and copy.check() == []
+    # Neither side named, or a missing dump: a clear error, exit 1, nothing created.
+    nowhere = cli("meta", "dump", "-")
+    assert nowhere.returncode == 1 and b"--data-dir DIR" in nowhere.stderr
+    missing = cli("meta", "load", "--data-dir", str(tmp_path / "n"), str(tmp_path / "no.dump"))
+    assert missing.returncode == 1 and b"no dump file" in missing.stderr
+    assert not (tmp_path / "n" / "meta.db").exists()
+    pg = cli("meta", "dump", "--meta", "postgresql://u@127.0.0.1/db", "-")
+    assert pg.returncode == 1 and b"not available yet" in pg.stderr

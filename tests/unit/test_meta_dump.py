@@ -118,3 +118,21 @@ def test_a_foreign_file_or_another_schema_is_refused(tmp_path: pathlib.Path) -> 
     source = busy_store(tmp_path / "a.db")
     DumpWriter(out, Header(source.schema_version(), 2, 0, (("inodes", ("ino",)),))).close()
     refused(tmp_path, out.getvalue(), InvalidArgument, "tables do not match")
+
+
+def test_a_dump_beside_a_writing_master_is_one_state(tmp_path: pathlib.Path) -> None:
+    writer = busy_store(tmp_path / "a.db")
+    reader = writer.reader()                  # what `meta dump` opens: a read-only connection
+    out = io.BytesIO()
+    with reader.snapshot():
+        before = transfer.count_rows(reader)
+        for i in range(30):                   # commits by the writer while the dump's snapshot is open
+            mkfile(writer, f"late{i}")
+        moved = transfer.dump(reader, out)
+    assert moved.rows == before
+    target = Namespace(str(tmp_path / "b.db"))
+    transfer.load(target, DumpReader(io.BytesIO(out.getvalue())))
+    assert target.check() == []
+    with pytest.raises(NotFound):
+        target.lookup(ROOT_INO, "late0")
+    assert transfer.count_rows(writer) == before + 60     # each create: an inode and a dentry
