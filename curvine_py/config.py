@@ -31,6 +31,9 @@ class MasterConfig:
     port: int = DEFAULT_MASTER_PORT
     token: str = field(default="", repr=False)   # never in a repr, so never in a log line
     token_file: str = ""              # the token read from this file (see load)
+    tls_cert: str = ""                # PEM certificate: TLS on gRPC and the data plane (rpc/tls.py)
+    tls_key: str = ""                 # its PEM private key
+    tls_ca: str = ""                  # PEM CA: peers must present a certificate it signed
     insecure: bool = False
     block_size: int = 64 * MiB
     heartbeat_interval_ms: int = 1000
@@ -53,6 +56,9 @@ class WorkerConfig:
     node: str = ""                    # node name; default: hostname
     token: str = field(default="", repr=False)   # never in a repr, so never in a log line
     token_file: str = ""              # the token read from this file (see load)
+    tls_cert: str = ""                # PEM certificate: TLS on gRPC and the data plane (rpc/tls.py)
+    tls_key: str = ""                 # its PEM private key
+    tls_ca: str = ""                  # PEM CA: peers must present a certificate it signed
     insecure: bool = False
     worker_id: str = ""               # default: persisted in the first data dir
     max_payload: int = 256 * MiB
@@ -80,6 +86,9 @@ class ClientConfig:
     master: str = "127.0.0.1:8995"
     token: str = field(default="", repr=False)   # never in a repr, so never in a log line
     token_file: str = ""              # the token read from this file (see load)
+    tls_cert: str = ""                # PEM certificate: TLS on gRPC and the data plane (rpc/tls.py)
+    tls_key: str = ""                 # its PEM private key
+    tls_ca: str = ""                  # PEM CA: peers must present a certificate it signed
     node: str = ""
     rpc_timeout_s: float = 5.0
     data_timeout_s: float = 10.0

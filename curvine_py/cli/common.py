@@ -10,6 +10,7 @@ from collections.abc import Callable
 from curvine_py.client import CurvineClient
 from curvine_py.config import ClientConfig, add_token_file_option, load
 from curvine_py.core.errors import CurvineError, errno_name
+from curvine_py.rpc.tls import add_tls_options
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:
@@ -18,12 +19,14 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     add_token_file_option(parser)
     parser.add_argument("--config", help="TOML config file ([client] section)")
     parser.add_argument("--timeout", type=float, help="seconds per RPC (default 5)")
+    add_tls_options(parser)
 
 
 def client_from(args: argparse.Namespace) -> CurvineClient:
     config = load(ClientConfig, section="client", toml_path=args.config,
                   flags={"master": args.master, "token": args.token, "token_file": args.token_file,
-                         "rpc_timeout_s": args.timeout})
+                         "rpc_timeout_s": args.timeout, "tls_cert": args.tls_cert, "tls_key": args.tls_key,
+                         "tls_ca": args.tls_ca})
     return CurvineClient(config=config)
 
 

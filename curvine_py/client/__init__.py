@@ -21,6 +21,7 @@ from curvine_py.client.suspects import Suspects
 from curvine_py.client.types import FileStatus
 from curvine_py.client.workerio import WorkerIO
 from curvine_py.config import ClientConfig
+from curvine_py.rpc.tls import tls_files
 
 __all__ = ["ClientConfig", "CurvineClient", "CurvineFile", "FileStatus"]
 
@@ -34,7 +35,8 @@ class CurvineClient:
             base = dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
         self.config = base
         self.node = base.node or socket.gethostname()
-        self.master = MasterClient(base.master, token=base.token, timeout_s=base.rpc_timeout_s)
+        self.master = MasterClient(base.master, token=base.token, timeout_s=base.rpc_timeout_s,
+                                   tls=tls_files(base))
         self.membership = MembershipCache(self.master.membership, base.membership_refresh_s)
         self.io = WorkerIO(base, self.node)
         # Workers that just failed a request are tried last, by files and KV alike.

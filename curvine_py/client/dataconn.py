@@ -9,6 +9,9 @@ Deadlines: a request may carry an absolute deadline (time.monotonic()). Connecti
 send and every wait for the worker then last at most what remains of it (a worker that keeps
 sending is not cut off mid-payload, one that stalls longer than the remaining time is); without
 one, the connection's bulk data timeout bounds each wait.
+
+TLS: with a context (ConnectionPool(tls=...), rpc/tls.py), every connection is wrapped before its
+HELLO; a handshake the worker refuses (wrong CA, no client certificate) is PermissionDenied.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import contextlib
 import itertools
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -29,6 +33,7 @@ from curvine_py.core.errors import (
     CurvineError,
     InvalidArgument,
     LocalProtocolError,
+    PermissionDenied,
     ProtocolError,
     Timeout,
     Unavailable,
@@ -65,7 +70,7 @@ def remaining(deadline: float | None, what: str) -> float | None:
 
 class WorkerConnection:
     def __init__(self, host: str, port: int, *, token: str, timeout_s: float, max_payload: int,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.address = (host, port)
         self._max_payload = max_payload
         self._timeout_s = timeout_s
@@ -83,6 +88,19 @@ class WorkerConnection:
         blocking.set_fast_options(self._sock)
         # A worker on this host: Reno, as the worker sets on its side (no BBR pacing of puts).
         blocking.set_local_options(self._sock)
+        if tls is not None:      # the handshake within what is left of the connect's time
+            try:
+                self._sock = tls.wrap_socket(self._sock)
+            except TimeoutError:
+                self.close()
+                raise Timeout(f"{what}: TLS handshake timed out") from None
+            except ssl.SSLError as exc:
+                self.close()
+                raise PermissionDenied(f"{what}: TLS refused: {exc.reason or exc}") from None
+            except OSError as exc:
+                self.close()
+                raise Unavailable(f"{what}: TLS handshake failed: {exc.strerror or exc}",
+                                  errno=exc.errno or None) from None
         try:
             hello = self.request(frames.Op.HELLO, DataHeader(token=token), deadline=deadline)
         except CurvineError:
@@ -234,8 +252,10 @@ class WorkerConnection:
 class ConnectionPool:
     """Idle connections per worker address, created on demand, at most `per_worker` kept idle."""
 
-    def __init__(self, *, token: str, timeout_s: float, max_payload: int, per_worker: int = 4) -> None:
+    def __init__(self, *, token: str, timeout_s: float, max_payload: int, per_worker: int = 4,
+                 tls: ssl.SSLContext | None = None) -> None:
         self._token, self._timeout_s, self._max_payload = token, timeout_s, max_payload
+        self._tls = tls
         self._per_worker = per_worker
         self._idle: dict[tuple[str, int], list[WorkerConnection]] = {}
         self._lock = threading.Lock()
@@ -249,7 +269,7 @@ class ConnectionPool:
             conn = idle.pop() if idle else None
         if conn is None:
             conn = WorkerConnection(host, port, token=self._token, timeout_s=self._timeout_s,
-                                    max_payload=self._max_payload, deadline=deadline)
+                                    max_payload=self._max_payload, deadline=deadline, tls=self._tls)
         try:
             yield conn
         except Busy:

@@ -21,6 +21,7 @@ from curvine_py.proto.curvine.v1.master_pb2_grpc import MasterStub
 from curvine_py.rpc.auth import call_metadata
 from curvine_py.rpc.channel import master_channel
 from curvine_py.rpc.errors import from_rpc_error
+from curvine_py.rpc.tls import TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +73,10 @@ class MasterClient:
     messages of master.proto; conversion to user-facing types is done by the callers (client.fs,
     fuse)."""
 
-    def __init__(self, address: str, *, token: str = "", timeout_s: float = 5.0) -> None:
+    def __init__(self, address: str, *, token: str = "", timeout_s: float = 5.0, tls: TlsFiles | None = None) -> None:
         host, port = split_address(address, DEFAULT_MASTER_PORT)
         self.address = f"{host}:{port}"
-        self._channel = master_channel(self.address)
+        self._channel = master_channel(self.address, tls)
         self._rpc = _MasterRpcs(self._channel)
         self.session = uuid.uuid4().hex    # names this client to the master (directory leases)
         self._metadata = call_metadata(token, self.session)

@@ -16,6 +16,7 @@ from curvine_py.config import ClientConfig
 from curvine_py.core import frames, layout
 from curvine_py.core.errors import Busy, Corrupt, CurvineError, Unavailable
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
+from curvine_py.rpc.tls import client_context, tls_files
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +35,10 @@ class WorkerIO:
     def __init__(self, config: ClientConfig, node: str) -> None:
         self._config = config
         self.node = node
+        files = tls_files(config)
         self.pool = ConnectionPool(token=config.token, timeout_s=config.data_timeout_s,
-                                   max_payload=config.max_payload, per_worker=config.connections_per_worker)
+                                   max_payload=config.max_payload, per_worker=config.connections_per_worker,
+                                   tls=client_context(files) if files.enabled else None)
         self._local: dict[str, ShortCircuitClient] = {}
         self._lock = threading.Lock()
 

@@ -26,10 +26,11 @@ from curvine_py.master.leases import DirLeases
 from curvine_py.master.membership import Membership
 from curvine_py.master.namespace import MIN_BLOCK_SIZE
 from curvine_py.master.repair import BlockCopier, Repairer
-from curvine_py.master.service import MasterService, build_server
+from curvine_py.master.service import MasterService, add_port, build_server
 from curvine_py.master.sessions import Sessions
 from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import StorageClass
+from curvine_py.rpc.tls import add_tls_options, tls_files
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--port", type=int, help="gRPC port (0 = any free port; default 8995)")
     p.add_argument("--token", help="shared secret required from every client and worker")
     config.add_token_file_option(p)
+    add_tls_options(p)
     p.add_argument("--insecure", action="store_true", default=None,
                    help="allow a non-loopback --host without --token")
     p.add_argument("--lease-ms", type=int, help="a worker silent this long leaves the view (default 5000)")
@@ -95,7 +97,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def load_config(args: argparse.Namespace) -> config.MasterConfig:
     flags: dict[str, Any] = {
         "data_dir": args.data_dir, "host": args.host, "port": args.port, "token": args.token,
-        "token_file": args.token_file,
+        "token_file": args.token_file, "tls_cert": args.tls_cert, "tls_key": args.tls_key, "tls_ca": args.tls_ca,
         "insecure": args.insecure, "lease_ms": args.lease_ms, "heartbeat_interval_ms": args.heartbeat_ms,
         "dir_lease_ms": args.dir_lease_ms, "unlink_grace_ms": args.unlink_grace_ms,
         "session_timeout_ms": args.session_timeout_ms,
@@ -117,6 +119,7 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
         raise CurvineError(f"bad port {cfg.port}")
     StorageClass.parse(cfg.root_policy_class)
     config.require_secure(cfg.host, cfg.token, cfg.insecure, "master")
+    tls_files(cfg).check("master", server=True)
     return cfg
 
 
@@ -163,7 +166,7 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
         stack.callback(store.stop)
         # A predecessor that granted directory leases: its holders may use them for one more term.
         leases = DirLeases(cfg.dir_lease_ms / 1000, grace_s=ns.lease_marker() / 1000)
-        repairer = Repairer(ns, store, membership, BlockCopier(cfg.token), rate=cfg.repair_rate)
+        repairer = Repairer(ns, store, membership, BlockCopier(cfg.token, tls=tls_files(cfg)), rate=cfg.repair_rate)
         stack.callback(repairer.close)
         service = MasterService(ns, membership, store, leases, Sessions(cfg.session_timeout_ms / 1000),
                                 repairer=repairer)
@@ -174,7 +177,7 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
             signal.signal(sig, lambda *_: stop.set())
         server = build_server(service, cfg.token)
         try:
-            port = server.add_insecure_port(format_address(cfg.host, cfg.port))
+            port = add_port(server, format_address(cfg.host, cfg.port), tls_files(cfg))
         except RuntimeError as exc:
             raise CurvineError(f"cannot listen on {format_address(cfg.host, cfg.port)}: {exc}") from None
         if port == 0:

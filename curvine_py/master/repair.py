@@ -39,6 +39,7 @@ from curvine_py.master.store.replication import BlockCopies, ReplicationState
 from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import RepairStats, RoundResult, WorkerInfo
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
+from curvine_py.rpc.tls import TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +52,11 @@ MAX_COPIES_PER_ROUND = 256      # so one round never holds a report back for lon
 class BlockCopier:
     """Copies one stored block between two workers over the data plane (blocking)."""
 
-    def __init__(self, token: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(self, token: str, *, timeout_s: float = 10.0, tls: TlsFiles | None = None) -> None:
+        files = tls or TlsFiles()
         self._io = WorkerIO(ClientConfig(token=token, data_timeout_s=timeout_s, short_circuit=False,
-                                         connections_per_worker=1), node="master")
+                                         connections_per_worker=1, tls_cert=files.cert, tls_key=files.key,
+                                         tls_ca=files.ca), node="master")
 
     def close(self) -> None:
         self._io.close()

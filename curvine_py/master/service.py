@@ -44,6 +44,7 @@ from curvine_py.proto.curvine.v1 import master_pb2 as mpb
 from curvine_py.proto.curvine.v1 import master_pb2_grpc
 from curvine_py.rpc.auth import TokenInterceptor, session_of
 from curvine_py.rpc.errors import grpc_method
+from curvine_py.rpc.tls import TlsFiles, server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -454,3 +455,11 @@ def build_server(service: MasterService, token: str, *, threads: int = HANDLER_T
                          interceptors=interceptors, options=server_options())
     master_pb2_grpc.add_MasterServicer_to_server(service, server)  # type: ignore[no-untyped-call]
     return server
+
+
+def add_port(server: grpc.Server, address: str, tls: TlsFiles) -> int:
+    """Listens on HOST:PORT: over TLS when certificates are given (rpc/tls.py; with a CA, client
+    certificates are required), else plain. Returns the bound port (0: could not bind)."""
+    if tls.enabled:
+        return server.add_secure_port(address, server_credentials(tls))
+    return server.add_insecure_port(address)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import grpc
 
+from curvine_py.rpc.tls import TlsFiles, channel_credentials
+
 MAX_MESSAGE = 64 << 20
 
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
@@ -16,6 +18,9 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 
 
-def master_channel(address: str) -> grpc.Channel:
-    """A channel to the master at HOST:PORT; it reconnects by itself."""
+def master_channel(address: str, tls: TlsFiles | None = None) -> grpc.Channel:
+    """A channel to the master at HOST:PORT; it reconnects by itself. With `tls` enabled (a CA or
+    a certificate given), over TLS (rpc/tls.py)."""
+    if tls is not None and tls.enabled:
+        return grpc.secure_channel(address, channel_credentials(tls), options=list(CHANNEL_OPTIONS))
     return grpc.insecure_channel(address, options=list(CHANNEL_OPTIONS))

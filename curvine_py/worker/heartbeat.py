@@ -30,6 +30,7 @@ from curvine_py.proto.curvine.v1.master_pb2_grpc import MasterStub
 from curvine_py.rpc.auth import call_metadata
 from curvine_py.rpc.channel import master_channel
 from curvine_py.rpc.errors import from_rpc_error
+from curvine_py.rpc.tls import TlsFiles
 from curvine_py.worker.server import WorkerState
 from curvine_py.worker.store import Store
 from curvine_py.worker.throttle import DEFAULT_INTERVAL_S as LOG_INTERVAL_S
@@ -81,14 +82,15 @@ class Advertised:
 class Heartbeater:
     def __init__(self, store: Store, state: WorkerState, advertised: Advertised, *, master: str, token: str,
                  rpc_timeout_s: float = RPC_TIMEOUT_S, clock: Monotonic = time.monotonic,
-                 rng: random.Random | None = None, log_interval_s: float = LOG_INTERVAL_S) -> None:
+                 rng: random.Random | None = None, log_interval_s: float = LOG_INTERVAL_S,
+                 tls: TlsFiles | None = None) -> None:
         self._store = store
         self._state = state
         self._advertised = advertised
         self._master = master
         self._metadata = call_metadata(token)
         self._timeout = rpc_timeout_s
-        self._channel = master_channel(master)
+        self._channel = master_channel(master, tls)
         self._stub = MasterStub(self._channel)  # type: ignore[no-untyped-call]
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -21,6 +21,7 @@ from types import FrameType
 from curvine_py import config
 from curvine_py.config import WorkerConfig
 from curvine_py.core.errors import CurvineError, InvalidArgument
+from curvine_py.rpc.tls import add_tls_options, server_context, tls_files
 from curvine_py.worker.evictor import Evictor
 from curvine_py.worker.heartbeat import Advertised, Heartbeater
 from curvine_py.worker.limits import ConnectionGate, ServerLimits, raise_fd_limit
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", help="node name (default: hostname)")
     p.add_argument("--token", help="shared-secret token (HELLO on the data plane, gRPC metadata)")
     config.add_token_file_option(p)
+    add_tls_options(p)
     p.add_argument("--insecure", action="store_true", default=None,
                    help="allow listening on a non-loopback address without a token")
     p.add_argument("--config", help="TOML file with a [worker] section")
@@ -124,6 +126,7 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
     if cfg.lm_port < -1:
         raise InvalidArgument("--lm-port must be a port, 0 (off) or -1 (any free port)")
     config.require_secure(cfg.host, cfg.token, cfg.insecure, "worker")
+    tls_files(cfg).check("worker", server=True)
     server_limits(cfg)   # validates them
     if cfg.lm_port:
         check_lm_bind(cfg.lm_host, token=cfg.token, lm_insecure=cfg.lm_insecure, insecure=cfg.insecure)
@@ -154,7 +157,8 @@ def start_lm_server(cfg: WorkerConfig, node: str, teardown: contextlib.ExitStack
     from curvine_py.client import CurvineClient
     from curvine_py.worker.lmserver import LmServer
 
-    client = CurvineClient(cfg.master, token=cfg.token, node=node)
+    client = CurvineClient(cfg.master, token=cfg.token, node=node, tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
+                           tls_ca=cfg.tls_ca)
     teardown.callback(client.close)
     # No idle timeout on lm://: the stock LMCache client never reconnects (notes/lmcache.md), so a
     # closed idle connection would cost its engine the L2 tier until it restarts.
@@ -214,7 +218,8 @@ def main(argv: list[str]) -> int:
             teardown.callback(short_circuit.stop)
 
             server = DataServer(store, state, host=cfg.host, port=cfg.port, token=cfg.token,
-                                max_payload=cfg.max_payload, limits=limits, gate=gate, refuser=refuser)
+                                max_payload=cfg.max_payload, limits=limits, gate=gate, refuser=refuser,
+                                tls=server_context(tls_files(cfg)) if tls_files(cfg).enabled else None)
             _, port = server.start()
             teardown.callback(server.stop)
 
@@ -233,7 +238,8 @@ def main(argv: list[str]) -> int:
             host = advertised_host(cfg.host)
             advertised = Advertised(worker_id=worker_id, host=host, port=port, unix_socket=unix_path,
                                     node=node, lm_port=lm_port)
-            heartbeat = Heartbeater(store, state, advertised, master=cfg.master, token=cfg.token)
+            heartbeat = Heartbeater(store, state, advertised, master=cfg.master, token=cfg.token,
+                                    tls=tls_files(cfg))
             heartbeat.start()
             teardown.callback(heartbeat.stop)
 

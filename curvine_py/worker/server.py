@@ -55,6 +55,7 @@ import contextlib
 import errno
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,6 +75,7 @@ from curvine_py.core.errors import (
     Unavailable,
 )
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
+from curvine_py.rpc import tls
 from curvine_py.rpc.auth import token_matches
 from curvine_py.transport import blocking
 from curvine_py.worker.limits import UNBOUNDED, ConnectionGate, ServerLimits
@@ -89,6 +91,7 @@ log = logging.getLogger(__name__)
 # Small payloads go out in one send with their header (one segment, one syscall less); large ones
 # by sendfile (zero copy).
 INLINE_PAYLOAD = 64 * 1024
+HANDSHAKE_S = 10.0     # a TLS handshake's bound when no auth deadline is set
 OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
 # One throttle for every session of the process: the same failure on many connections is one story.
 _throttle = LogThrottle()
@@ -291,7 +294,8 @@ class Session:
                 sent = socket.send_fds(self._sock, [frame], [stored.fd])
                 if sent < len(frame):
                     self._sock.sendall(frame[sent:])
-            elif outcome.length <= INLINE_PAYLOAD:
+            elif outcome.length <= INLINE_PAYLOAD or isinstance(self._sock, ssl.SSLSocket):
+                # (On TLS, sendfile would put plaintext on the wire: the bytes are read and sent.)
                 payload = stored.read(outcome.offset, outcome.length)
                 if len(payload) != outcome.length:
                     raise Corrupt("stored file is shorter than its header says")
@@ -439,6 +443,23 @@ def session_handler(store: Store, state: WorkerState, options: SessionOptions) -
     return serve
 
 
+def tls_handler(context: ssl.SSLContext, serve: ConnectionHandler, handshake_s: float) -> ConnectionHandler:
+    """`serve` behind a TLS handshake (bounded by `handshake_s`); a peer that fails it (no TLS,
+    no or a foreign client certificate) is closed without an answer."""
+    def serve_tls(conn: socket.socket, peer: str) -> None:
+        try:
+            wrapped = tls.wrap_server(context, conn, handshake_s)
+        except (OSError, ValueError) as exc:      # ssl.SSLError is an OSError
+            log.info("data plane: TLS handshake with %s failed: %s", peer, exc)
+            conn.close()
+            return
+        try:
+            serve(wrapped, peer)
+        finally:
+            wrapped.close()
+    return serve_tls
+
+
 class DataServer:
     """The TCP data plane. `start()` binds (port 0 = any) and returns the bound (host, port).
     Connections over the caps of `gate` are answered by `refuser` (both shared by the worker's
@@ -446,8 +467,9 @@ class DataServer:
 
     def __init__(self, store: Store, state: WorkerState, *, host: str, port: int, token: str,
                  max_payload: int, limits: ServerLimits | None = None, gate: ConnectionGate | None = None,
-                 refuser: Refuser | None = None) -> None:
+                 refuser: Refuser | None = None, tls: ssl.SSLContext | None = None) -> None:
         self._store = store
+        self._tls = tls
         self._state = state
         self._host = host
         self._port = port
@@ -460,7 +482,10 @@ class DataServer:
     def start(self) -> tuple[str, int]:
         sock = bind_tcp(self._host, self._port)
         self.address = (self._host, sock.getsockname()[1])
-        self._listener = Listener(sock, session_handler(self._store, self._state, self._options), "data",
+        handler = session_handler(self._store, self._state, self._options)
+        if self._tls is not None:
+            handler = tls_handler(self._tls, handler, self._options.auth_timeout_s or HANDSHAKE_S)
+        self._listener = Listener(sock, handler, "data",
                                   gate=self._gate, refuse=self._refuser.refuse if self._refuser else None)
         self._listener.start()
         log.info("data plane listening on %s:%d", *self.address)

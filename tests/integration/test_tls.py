@@ -1,0 +1,145 @@
+"""TLS on gRPC and the data plane (issue 11), with certificates made here (the `cryptography`
+package): a cluster whose master and workers run with --tls-cert/--tls-key/--tls-ca serves KV puts
+and gets and files to a client with a certificate of the cluster CA (the master's repair and the
+worker's own clients included); a client without TLS, or with a certificate of another CA, is
+refused on the gRPC port and on the data port, and nothing it tried is stored."""
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import pathlib
+import socket
+import ssl
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from curvine_py.client import CurvineClient
+from curvine_py.core import frames
+from curvine_py.core.errors import CurvineError
+from curvine_py.core.frames import Op
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
+from tests.harness import Cluster, random_bytes
+from tests.integration.test_cli import cli
+from tests.integration.test_worker_process import address_of
+
+MiB = 1 << 20
+
+
+def _name(common: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+
+def make_ca(directory: pathlib.Path, label: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate, pathlib.Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(_name(label)).issuer_name(_name(label))
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    path = directory / f"{label}-ca.pem"
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key, cert, path
+
+
+def make_cert(directory: pathlib.Path, label: str, ca_key: ec.EllipticCurvePrivateKey,
+              ca_cert: x509.Certificate) -> tuple[str, str]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    san = x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    cert = (x509.CertificateBuilder().subject_name(_name(label)).issuer_name(ca_cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(san, critical=False).sign(ca_key, hashes.SHA256()))
+    cert_path, key_path = directory / f"{label}.pem", directory / f"{label}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+def test_a_tls_cluster_serves_its_clients_and_refuses_the_others(tmp_path: pathlib.Path) -> None:
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    ca_key, ca_cert, ca = make_ca(certs, "cluster")
+    server_cert, server_key = make_cert(certs, "server", ca_key, ca_cert)
+    client_cert, client_key = make_cert(certs, "client", ca_key, ca_cert)
+    other_key, other_cert, other_ca = make_ca(certs, "other")
+    foreign_cert, foreign_key = make_cert(certs, "foreign", other_key, other_cert)
+    tls_args = ["--tls-cert", server_cert, "--tls-key", server_key, "--tls-ca", str(ca)]
+    good = {"tls_cert": client_cert, "tls_key": client_key, "tls_ca": str(ca)}
+
+    with Cluster(tmp_path / "cluster", workers=2, master_args=tls_args, worker_args=tls_args) as cluster:
+        client = cluster.client(**good)
+        assert sum(w.live for w in client.master.membership().workers) == 2, "workers registered over TLS"
+        value = random_bytes(300_000, seed=1)
+        client.kv.put("tls-key", value)
+        assert client.kv.get("tls-key") == value
+        client.fs.mkdir("/durable")
+        client.fs.set_policy("/durable", cpb.Policy(storage_class=cpb.DURABLE, replicas=2, block_size=MiB))
+        data = random_bytes(3 * MiB + 17, seed=2)     # blocks past the inline size: no sendfile on TLS
+        with client.fs.open("/durable/f", "wb") as f:
+            f.write(data)
+        fresh = CurvineClient(cluster.master_address, node="fresh", short_circuit=False, **good)  # type: ignore[arg-type]
+        try:
+            with fresh.fs.open("/durable/f") as f:
+                assert f.read() == data
+            assert fresh.kv.get("tls-key") == value
+        finally:
+            fresh.close()
+
+        # The CLI takes the same flags; the master's own data-plane client (fsck --scrub, repair)
+        # reaches the workers over TLS.
+        tls_flags = ["--tls-cert", client_cert, "--tls-key", client_key, "--tls-ca", str(ca)]
+        scrub = cli("fsck", "--master", cluster.master_address, "--scrub", *tls_flags)
+        assert scrub.returncode == 0, scrub.stdout.decode() + scrub.stderr.decode()
+        assert b"0 corrupt" in scrub.stdout and b" 0 copies verified" not in scrub.stdout
+        plain_cli = cli("report", "--master", cluster.master_address, "--timeout", "3")
+        assert plain_cli.returncode == 1
+
+        # gRPC: no TLS, and a certificate of another CA, are refused.
+        for label, settings in (("plain", {}), ("other CA", {"tls_cert": foreign_cert, "tls_key": foreign_key,
+                                                             "tls_ca": str(other_ca)}),
+                                ("no client cert", {"tls_ca": str(ca)})):
+            stranger = CurvineClient(cluster.master_address, node="stranger", rpc_timeout_s=3.0,
+                                     **settings)  # type: ignore[arg-type]
+            try:
+                with pytest.raises(CurvineError):
+                    stranger.master.membership()
+            finally:
+                stranger.close()
+
+        # The data port: a plain client, one without a client certificate and one with a certificate
+        # of another CA get no answer (the handshake fails and the worker closes), and store nothing.
+        host, port = address_of(cluster)
+        assert refused(host, port, None), "plain TCP"
+        assert refused(host, port, _context(str(ca), None)), "no client certificate"
+        assert refused(host, port, _context(str(ca), (foreign_cert, foreign_key))), "a certificate of another CA"
+        assert not refused(host, port, _context(str(ca), (client_cert, client_key))), "the cluster's own"
+        assert client.kv.get("tls-key") == value, "the worker serves on"
+
+
+def refused(host: str, port: int, context: ssl.SSLContext | None) -> bool:
+    """True when the worker closes (or fails the handshake) instead of answering a frame."""
+    hello = frames.encode(Op.HELLO, 1, DataHeader(token=""))
+    try:
+        with socket.create_connection((host, port), timeout=5) as raw:
+            sock = context.wrap_socket(raw) if context else raw
+            sock.sendall(hello)
+            return sock.recv(1) == b""
+    except (ssl.SSLError, ConnectionError):
+        return True
+
+
+def _context(ca: str, cert: tuple[str, str] | None) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.load_verify_locations(ca)
+    if cert:
+        context.load_cert_chain(*cert)
+    return context
