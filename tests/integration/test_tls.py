@@ -1,21 +1,15 @@
-"""TLS on gRPC and the data plane (issue 11), with certificates made here (the `cryptography`
-package): a cluster whose master and workers run with --tls-cert/--tls-key/--tls-ca serves KV puts
-and gets and files to a client with a certificate of the cluster CA (the master's repair and the
+"""TLS on gRPC and the data plane (issue 11), with certificates made here (tests/tlscerts.py: the
+`cryptography` package, else the openssl command): a cluster whose master and workers run with
+--tls-cert/--tls-key/--tls-ca serves KV puts and gets and files to a client with a certificate of the cluster CA (the master's repair and the
 worker's own clients included); a client without TLS, or with a certificate of another CA, is
 refused on the gRPC port and on the data port, and nothing it tried is stored."""
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import pathlib
 import socket
 import ssl
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from curvine_py.client import CurvineClient
 from curvine_py.core import frames
@@ -26,51 +20,19 @@ from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 from tests.harness import Cluster, random_bytes
 from tests.integration.test_cli import cli
 from tests.integration.test_worker_process import address_of
+from tests.tlscerts import make_authority
 
 MiB = 1 << 20
-
-
-def _name(common: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-
-
-def make_ca(directory: pathlib.Path, label: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate, pathlib.Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(_name(label)).issuer_name(_name(label))
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    path = directory / f"{label}-ca.pem"
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return key, cert, path
-
-
-def make_cert(directory: pathlib.Path, label: str, ca_key: ec.EllipticCurvePrivateKey,
-              ca_cert: x509.Certificate) -> tuple[str, str]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    san = x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
-    cert = (x509.CertificateBuilder().subject_name(_name(label)).issuer_name(ca_cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(san, critical=False).sign(ca_key, hashes.SHA256()))
-    cert_path, key_path = directory / f"{label}.pem", directory / f"{label}.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return str(cert_path), str(key_path)
 
 
 def test_a_tls_cluster_serves_its_clients_and_refuses_the_others(tmp_path: pathlib.Path) -> None:
     certs = tmp_path / "certs"
     certs.mkdir()
-    ca_key, ca_cert, ca = make_ca(certs, "cluster")
-    server_cert, server_key = make_cert(certs, "server", ca_key, ca_cert)
-    client_cert, client_key = make_cert(certs, "client", ca_key, ca_cert)
-    other_key, other_cert, other_ca = make_ca(certs, "other")
-    foreign_cert, foreign_key = make_cert(certs, "foreign", other_key, other_cert)
+    cluster_ca, other_ca_ = make_authority(certs, "cluster"), make_authority(certs, "other")
+    ca, other_ca = pathlib.Path(cluster_ca.ca), pathlib.Path(other_ca_.ca)
+    server_cert, server_key = cluster_ca.issue("server")
+    client_cert, client_key = cluster_ca.issue("client")
+    foreign_cert, foreign_key = other_ca_.issue("foreign")
     tls_args = ["--tls-cert", server_cert, "--tls-key", server_key, "--tls-ca", str(ca)]
     good = {"tls_cert": client_cert, "tls_key": client_key, "tls_ca": str(ca)}
 
