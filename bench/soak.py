@@ -77,16 +77,18 @@ MAX_ERRORS_KEPT = 50
 class SoakParams:
     clients: int = 64
     duration_s: float = 600.0
-    warmup_s: float = 0.0          # 0: a fifth of the duration, at most 60 s
+    warmup_s: float = 0.0          # 0: a quarter of the duration, at most 150 s
     procs: int = 2
     rss_interval_s: float = 2.0
     rss_bound: float = 0.10
-    worker_capacity: str = "1GiB"
+    # Room for the durable files' blocks still held for the 60 s unlink grace (about 0.9 GB per worker
+    # at the full run's unlink rate) plus a cache that fills, and starts evicting, during the warm-up.
+    worker_capacity: str = "2GiB"
     seed: int = 0
 
     @property
     def warmup(self) -> float:
-        return self.warmup_s or min(60.0, self.duration_s / 5)
+        return self.warmup_s or min(150.0, self.duration_s / 4)
 
 
 def expected(content_id: str, size: int) -> bytes:
