@@ -3,6 +3,7 @@ the cluster client they share, and registering them on a gRPC server."""
 from __future__ import annotations
 
 import logging
+import os
 from importlib import metadata
 
 import grpc
@@ -13,7 +14,6 @@ from curvine_py.csi.controller import Controller
 from curvine_py.csi.driver_settings import DriverSettings
 from curvine_py.csi.identity import Identity, master_probe
 from curvine_py.proto.csi.v1 import csi_pb2_grpc
-from curvine_py.rpc.tls import env_files
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +28,10 @@ def version() -> str:
 class Driver:
     def __init__(self, settings: DriverSettings) -> None:
         self.settings = settings
-        tls = env_files()   # CURVINE_TLS_CERT/KEY/CA (rpc/tls.py)
+        tls = {f: os.environ.get(f"CURVINE_{f.upper()}", "") for f in ("tls_cert", "tls_key", "tls_ca")}
         self.client = CurvineClient(settings.master, token=settings.token, node=settings.node_id,
-                                    rpc_timeout_s=3.0, tls_cert=tls.cert, tls_key=tls.key, tls_ca=tls.ca)
+                                    rpc_timeout_s=3.0, tls_cert=tls["tls_cert"], tls_key=tls["tls_key"],
+                                    tls_ca=tls["tls_ca"])   # TLS from CURVINE_TLS_CERT/KEY/CA, as the mounts
         self.catalog = Catalog(self.client, settings.index_dir)
         self.identity = Identity(name=settings.name, version=version(), controller=settings.controller,
                                  master_answers=master_probe(self.client.master.statfs))

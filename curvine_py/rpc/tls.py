@@ -17,10 +17,8 @@ plaintext): replies of stored files are read and sent (see worker/server.py).
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import ssl
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,13 +57,6 @@ def add_tls_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-cert", help="PEM certificate: TLS on gRPC and the data plane (with --tls-key)")
     parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
     parser.add_argument("--tls-ca", help="PEM CA: peers must present a certificate it signed (mutual TLS)")
-
-
-def env_files(environ: Mapping[str, str] | None = None) -> TlsFiles:
-    """TLS settings from CURVINE_TLS_CERT/KEY/CA, for a process that builds its client without
-    config.load (the CSI driver)."""
-    env = os.environ if environ is None else environ
-    return TlsFiles(env.get("CURVINE_TLS_CERT", ""), env.get("CURVINE_TLS_KEY", ""), env.get("CURVINE_TLS_CA", ""))
 
 
 def tls_files(config: Any) -> TlsFiles:
