@@ -44,6 +44,8 @@ class MasterConfig:
     default_replicas_durable: int = 2
     root_policy_class: str = "durable"
     repair_rate: int = 64 * MiB     # bytes/s re-replication copies through the master; 0 = off
+    metrics_port: int = 0           # Prometheus /metrics (observe/); 0 = off, -1 = any free port
+    status_port: int = 0            # read-only HTML status page; 0 = off, -1 = any free port
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,7 @@ class WorkerConfig:
     lm_allow: tuple[str, ...] = ()    # peer networks (CIDR) allowed on the lm:// port; () = any
     free_space_ratio: float = 0.10    # each data dir leaves this share of its file system free
     scrub_rate: int = 0               # background scrub, bytes/s re-read and verified; 0 = off
+    metrics_port: int = 0             # Prometheus /metrics (observe/); 0 = off, -1 = any free port
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,8 @@ class MountConfig:
     fuse_data_threads: int = 8        # concurrent data calls; 2-core machines gain nothing beyond
     fuse_trio_reads: bool = True      # reads on trio sockets (fuse/dataplane.py) when possible
     fuse_switch_interval: float = 0.0005   # sys.setswitchinterval (see fuse/main.py)
+    metrics_port: int = 0             # Prometheus /metrics (observe/); 0 = off, -1 = any free port
+    metrics_host: str = "127.0.0.1"   # the address of that port
 
     def __post_init__(self) -> None:
         if self.atime not in ("relatime", "strictatime", "noatime"):

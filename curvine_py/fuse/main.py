@@ -7,6 +7,7 @@ effort, within the deadline), the mount is removed if it is still there, exit co
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -26,6 +27,7 @@ from curvine_py.fuse.filesystem import Filesystem
 from curvine_py.fuse.offload import Offload
 from curvine_py.fuse.operations import Operations
 from curvine_py.fuse.options import MountOptions, parse
+from curvine_py.observe.roles import mount_metrics, start_endpoint
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 log = logging.getLogger(__name__)
@@ -66,11 +68,14 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
     ops = Operations(fs, Timeouts(options.attr_timeout, options.entry_timeout, options.negative_timeout),
                      writeback_cache=options.writeback_cache, direct_io=options.direct_io,
                      keep_cache=options.keep_cache)
+    metrics = mount_metrics(ops)     # before init: pyfuse3 takes the handlers from the instance
     pyfuse3.init(ops, options.mountpoint, options.libfuse_options())
+    exporters = contextlib.ExitStack()
     try:
+        fields = start_endpoint(exporters, options.metrics_host, options.metrics_port, metrics.registry)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal)
-            nursery.start_soon(_announce, options)
+            nursery.start_soon(_announce, options, fields)
             nursery.start_soon(fs.session.run)
             nursery.start_soon(fs.atime.run)
             await pyfuse3.main(min_tasks=2, max_tasks=options.max_tasks)
@@ -84,6 +89,7 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
             await fs.atime.flush()
         still_mounted = mountpoint.is_mounted(options.mountpoint)
         pyfuse3.close(unmount=still_mounted)
+        exporters.close()
         log.info("unmounted %s", options.mountpoint)
 
 
@@ -95,13 +101,13 @@ async def _stop_on_signal() -> None:
             return
 
 
-async def _announce(options: MountOptions) -> None:
+async def _announce(options: MountOptions, fields: str = "") -> None:
     # stat() returns once the kernel finished INIT with us and got the root's attributes.
     await trio.to_thread.run_sync(os.stat, options.mountpoint, abandon_on_cancel=True)
     await trio.to_thread.run_sync(lambda: mountpoint.tune(
         options.mountpoint, read_ahead_kb=options.read_ahead_kb, max_background=options.max_background))
     log.info("mounted %s on %s (subdir %s)", options.master, options.mountpoint, options.subdir)
-    print(f"mounted={options.mountpoint}", flush=True)
+    print(f"mounted={options.mountpoint}{fields}", flush=True)
 
 
 def main(argv: list[str]) -> int:

@@ -17,6 +17,8 @@ from typing import Any
 
 from curvine_py.config import MountConfig, add_token_file_option, load
 from curvine_py.core.errors import InvalidArgument
+from curvine_py.observe.httpserve import check_port
+from curvine_py.observe.roles import add_metrics_flag
 
 MAX_IO = 1 << 20                 # the kernel's largest FUSE request (max_pages 256)
 
@@ -59,6 +61,8 @@ class MountOptions:
     trio_reads: bool
     switch_interval: float
     atime: str                    # relatime, strictatime or noatime
+    metrics_port: int = 0         # Prometheus /metrics (observe/); 0 = off, -1 = any free port
+    metrics_host: str = "127.0.0.1"
 
     @property
     def read_only(self) -> bool:
@@ -112,6 +116,8 @@ def parser() -> argparse.ArgumentParser:
                    help="recover a stale mountpoint (or replace a live mount): lazy unmount, then mount")
     p.add_argument("--config", help="TOML config file ([mount] and [client] sections)")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING... (env CURVINE_LOG_LEVEL)")
+    add_metrics_flag(p)
+    p.add_argument("--metrics-host", help=f"address of the /metrics port (default {defaults.metrics_host})")
     return p
 
 
@@ -165,7 +171,8 @@ def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions
     flags.update({"master": args.master, "token": args.token, "token_file": args.token_file, "node": args.node,
                   "subdir": args.subdir,
                   "deadline_s": args.deadline, "read_ahead_kb": args.read_ahead_kb,
-                  "max_tasks": args.max_tasks, "log_level": args.log_level})
+                  "max_tasks": args.max_tasks, "log_level": args.log_level,
+                  "metrics_port": args.metrics_port, "metrics_host": args.metrics_host})
     cfg = load(MountConfig, section="mount", toml_path=args.config, flags=flags, env=env)
     if not cfg.master:
         raise InvalidArgument("--master HOST:PORT is required (or CURVINE_MASTER)")
@@ -177,4 +184,5 @@ def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions
         deadline_s=cfg.deadline_s, force=args.force, read_ahead_kb=cfg.read_ahead_kb, max_tasks=cfg.max_tasks,
         max_background=cfg.max_background, config=args.config, log_level=cfg.log_level.upper(),
         read_ahead=cfg.fuse_read_ahead, data_threads=cfg.fuse_data_threads, trio_reads=cfg.fuse_trio_reads,
-        switch_interval=cfg.fuse_switch_interval, atime=cfg.atime)
+        switch_interval=cfg.fuse_switch_interval, atime=cfg.atime,
+        metrics_port=check_port(cfg.metrics_port, "--metrics-port"), metrics_host=cfg.metrics_host)

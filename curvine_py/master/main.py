@@ -30,6 +30,7 @@ from curvine_py.master.service import MasterService, add_port, build_server
 from curvine_py.master.sessions import Sessions
 from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import StorageClass
+from curvine_py.observe.roles import MasterObservability, add_metrics_flag, add_status_flag
 from curvine_py.rpc.tls import add_tls_options, tls_files
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                          "e.g. 64MiB (0 = off; default 64MiB)")
     p.add_argument("--config", help="TOML file; its [master] table sets defaults")
     p.add_argument("--log-level", default=os.environ.get("CURVINE_LOG_LEVEL", "INFO"))
+    add_metrics_flag(p)
+    add_status_flag(p)
     return p.parse_args(argv)
 
 
@@ -101,6 +104,7 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
         "insecure": args.insecure, "lease_ms": args.lease_ms, "heartbeat_interval_ms": args.heartbeat_ms,
         "dir_lease_ms": args.dir_lease_ms, "unlink_grace_ms": args.unlink_grace_ms,
         "session_timeout_ms": args.session_timeout_ms,
+        "metrics_port": args.metrics_port, "status_port": args.status_port,
         "block_size": config.parse_size(args.block_size) if args.block_size else None,
         "repair_rate": config.parse_size(args.repair_rate) if args.repair_rate else None,
     }
@@ -175,7 +179,8 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        server = build_server(service, cfg.token)
+        observability = MasterObservability()
+        server = build_server(service, cfg.token, first=[observability.interceptor])
         try:
             port = add_port(server, format_address(cfg.host, cfg.port), tls_files(cfg))
         except RuntimeError as exc:
@@ -187,7 +192,10 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
         write_address(data_dir, address)
         log.info("serving on %s (data %s, cluster %s, epoch %d, lease %d ms, block size %d)", address,
                  data_dir, ns.cluster_id, membership.epoch, cfg.lease_ms, cfg.block_size)
-        print(f"master={address}", flush=True)
+        fields = observability.start(stack, host=cfg.host, metrics_port=cfg.metrics_port,
+                                     status_port=cfg.status_port, master_port=port, token=cfg.token,
+                                     tls=tls_files(cfg))
+        print(f"master={address}{fields}", flush=True)
 
         failure: list[BaseException] = []
 

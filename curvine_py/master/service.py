@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeAlias, TypeVar
 
@@ -449,8 +449,10 @@ def server_options() -> list[tuple[str, int]]:
             ("grpc.so_reuseport", 0)]
 
 
-def build_server(service: MasterService, token: str, *, threads: int = HANDLER_THREADS) -> grpc.Server:
-    interceptors: list[grpc.ServerInterceptor] = [TokenInterceptor(token)] if token else []
+def build_server(service: MasterService, token: str, *, threads: int = HANDLER_THREADS,
+                 first: Sequence[grpc.ServerInterceptor] = ()) -> grpc.Server:
+    """`first`: interceptors ahead of the token check (RPC metrics count refused calls too)."""
+    interceptors: list[grpc.ServerInterceptor] = [*first, *([TokenInterceptor(token)] if token else [])]
     server = grpc.server(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="master-rpc"),
                          interceptors=interceptors, options=server_options())
     master_pb2_grpc.add_MasterServicer_to_server(service, server)  # type: ignore[no-untyped-call]

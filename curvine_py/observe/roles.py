@@ -39,6 +39,7 @@ from curvine_py.observe.metrics import (
 from curvine_py.observe.rpcmetrics import RpcMetricsInterceptor
 from curvine_py.observe.status import StatusSource, master_source, serve_status
 from curvine_py.observe.statusview import StatusView
+from curvine_py.rpc.tls import TlsFiles
 
 STATUS_REFRESH_S = 5     # the page reloads itself this often
 STATUS_MIN_AGE_S = 1.0   # a report younger than this is served again (Report counts the namespace)
@@ -101,7 +102,7 @@ class MasterObservability:
         return self._membership()
 
     def start(self, stack: contextlib.ExitStack, *, host: str, metrics_port: int, status_port: int,
-              master_port: int, token: str) -> str:
+              master_port: int, token: str, tls: TlsFiles | None = None) -> str:
         """Starts the endpoints that are on; returns the ready-line fields for them."""
         check_port(metrics_port, "--metrics-port")
         check_port(status_port, "--status-port")
@@ -109,7 +110,7 @@ class MasterObservability:
             return ""
         # The master asks itself through its public RPCs, as any client would.
         own = endpoint("127.0.0.1" if host in WILDCARDS else host, master_port)
-        master = MasterClient(own, token=token)
+        master = MasterClient(own, token=token, tls=tls)
         stack.callback(master.close)
 
         def gauges() -> ClusterGauges:

@@ -21,6 +21,7 @@ from types import FrameType
 from curvine_py import config
 from curvine_py.config import WorkerConfig
 from curvine_py.core.errors import CurvineError, InvalidArgument
+from curvine_py.observe.roles import add_metrics_flag, start_endpoint, worker_metrics
 from curvine_py.rpc.tls import add_tls_options, server_context, tls_files
 from curvine_py.worker.evictor import Evictor
 from curvine_py.worker.heartbeat import Advertised, Heartbeater
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--auth-timeout-s", type=float,
                    help="with a token: close a connection not authenticated in time (default 10)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    add_metrics_flag(p)
     return p
 
 
@@ -249,6 +251,7 @@ def main(argv: list[str]) -> int:
                 log.info("stopped before registering with the master")
                 return 0
             lm = f" lm={advertised_host(cfg.lm_host)}:{lm_port}" if lm_port else ""
+            lm += start_endpoint(teardown, cfg.host, cfg.metrics_port, worker_metrics(store.dirs).registry)
             print(f"worker={host}:{port} id={worker_id}{lm}", flush=True)
             while not stop.wait(1.0):
                 pass
