@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Refreshes docs/status.png: the master's status page in Debian's headless Chromium, fed by a real
-cluster started here (a master and 2 workers on loopback, as tests/web does), with a cache and a
-durable directory, some KV objects, and one worker killed with SIGKILL so the picture shows a lost
-row next to a healthy one.
+"""Refreshes docs/status.png: the status page a real master serves (`--status-port`), in Debian's
+headless Chromium, for a cluster started here (a master and 2 workers on loopback, as tests/web
+does) with a cache and a durable directory, two quotas, some KV objects, and one worker killed with
+SIGKILL so the picture shows a lost row next to a healthy one.
 
     .venv/bin/python scripts/screenshot.py [--out docs/status.png]
 
@@ -20,7 +20,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from curvine_py.client.master import MasterClient
-from curvine_py.observe.status import master_source, serve_status
+from curvine_py.observe.roles import STATUS_MIN_AGE_S
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from tests.harness import Cluster, wait_until
 from tests.web.browser import chromium
@@ -52,21 +52,21 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", default=str(REPO / "docs" / "status.png"))
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="curvine-screenshot-") as root, \
-            Cluster(pathlib.Path(root), workers=2, capacity="512MiB",
+            Cluster(pathlib.Path(root), workers=2, capacity="512MiB", master_args=["--status-port", "-1"],
                     node_names=["gpu-node-a", "gpu-node-b"]) as cluster:
         cluster.wait_for_live_workers(2)
         populate(cluster)
+        assert cluster.master is not None
+        page = cluster.master.field("status")
         master = MasterClient(cluster.master_address)
-        service = serve_status("127.0.0.1", -1, master_source(master), refresh_s=1)
-        assert service is not None
         try:
             cluster.kill_worker(1)
             dead = cluster.worker_id(1)
             wait_until(lambda: not any(w.live for w in master.report().workers if w.worker_id == dead),
                        20, "the killed worker to be lost")
-            time.sleep(1.5)      # one page refresh after the master dropped it
+            time.sleep(STATUS_MIN_AGE_S + 0.5)   # past the master's report cache
             with chromium(width=1400, height=720) as browser:
-                browser.get(f"http://127.0.0.1:{service.port}/")
+                browser.get(f"http://{page}/")
                 # The window's outer size includes what headless Chromium reserves outside the
                 # viewport: grow it until the whole page fits in the viewport.
                 for _ in range(3):
@@ -82,7 +82,6 @@ def main(argv: list[str]) -> int:
                     print(f"could not write {out}", file=sys.stderr)
                     return 1
         finally:
-            service.close()
             master.close()
     print(f"wrote {args.out}")
     return 0
