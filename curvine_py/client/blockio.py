@@ -163,6 +163,7 @@ class BlockStore:
         written = [w for w, error in zip(ids, outcomes, strict=True) if error is None]
         failed = [(w, error) for w, error in zip(ids, outcomes, strict=True) if error is not None]
         if not written:
+            self.abandon(ino, [grant.block_id])   # partial copies on the failed workers go too
             raise failed[-1][1]
         for worker_id, error in failed:
             if not isinstance(error, NoSpace):
@@ -171,6 +172,18 @@ class BlockStore:
                         "its replicas", grant.block_id, ino, ",".join(written), worker_id, error)
         return pb.BlockInfo(index=index, block_id=grant.block_id, length=len(data), checksum=digest,
                             worker_ids=written)
+
+    def abandon(self, ino: int, block_ids: list[int]) -> None:
+        """Frees blocks allocated for `ino` that will never be committed. Best effort: if the
+        master cannot be told now, its open-block expiry frees them later (and the per-index bound
+        keeps a rewriting writer from piling them up meanwhile)."""
+        if not block_ids:
+            return
+        try:
+            self.master.abandon_blocks(ino, block_ids)
+        except CurvineError as exc:
+            log.info("inode %d: %d uncommitted blocks not given up now (%s); the master expires them",
+                     ino, len(block_ids), exc)
 
     def read_chunk(self, block: pb.BlockInfo, start: int, buffer: memoryview) -> memoryview:
         """One verified chunk of a stored block (clipped at the block's end) into `buffer`."""

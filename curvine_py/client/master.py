@@ -59,6 +59,7 @@ class _MasterRpcs:
         self.get_blocks: Rpc[pb.InodeRequest, pb.BlocksReply] = stub.GetBlocks
         self.add_block: Rpc[pb.AddBlockRequest, pb.AddBlockReply] = stub.AddBlock
         self.commit_file: Rpc[pb.CommitFileRequest, pb.AttrReply] = stub.CommitFile
+        self.abandon_blocks: Rpc[pb.AbandonBlocksRequest, pb.Empty] = stub.AbandonBlocks
         self.set_policy: Rpc[pb.SetPolicyRequest, pb.PolicyReply] = stub.SetPolicy
         self.get_policy: Rpc[pb.PathRequest, pb.PolicyReply] = stub.GetPolicy
         self.set_quota: Rpc[pb.SetQuotaRequest, pb.Quota] = stub.SetQuota
@@ -180,6 +181,11 @@ class MasterClient:
     def commit(self, ino: int, size: int, blocks: list[pb.BlockInfo], set_mtime: bool = True) -> cpb.Attr:
         return self._call(self._rpc.commit_file, pb.CommitFileRequest(ino=ino, size=size, blocks=blocks,
                                                             set_mtime=set_mtime)).attr
+
+    def abandon_blocks(self, ino: int, block_ids: list[int]) -> None:
+        """Frees blocks this writer allocated for `ino` and will never commit (ids that are not
+        open blocks of `ino` are ignored, so a retry is harmless)."""
+        self._call(self._rpc.abandon_blocks, pb.AbandonBlocksRequest(ino=ino, block_ids=block_ids))
 
     # -- policy and cluster ------------------------------------------------------------------
     def set_policy(self, path: str, policy: cpb.Policy) -> pb.PolicyReply:

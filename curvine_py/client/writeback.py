@@ -197,7 +197,10 @@ class WriteBack:
             latest[index] = self.guarded(
                 functools.partial(self._store.write, self._ino, index, dirty.buffer[:length], self._node))
         written = [latest[index] for index in sorted(latest)]
+        published = {block.block_id for block in written}
+        superseded = [b.block_id for b in self.uncommitted if b.block_id not in published]
         attr = self._store.master.commit(self._ino, size, written)
+        self._store.abandon(self._ino, superseded)   # rewritten before this commit: never published
         for block in written:
             self.blocks[block.index] = block
         self.keep_clean(latest)
@@ -223,7 +226,8 @@ class WriteBack:
             self.failed = type(cause)(
                 f"{cause.message}; nothing written through this handle since its last commit is "
                 f"published (the file keeps its {self.committed_size} committed bytes)", errno=cause.errno)
-            self.uncommitted.clear()   # never published; the master frees them with the file's stale blocks
+            self._store.abandon(self._ino, [b.block_id for b in self.uncommitted])   # never published
+            self.uncommitted.clear()
         return self.failed
 
     def raise_if_failed(self) -> None:

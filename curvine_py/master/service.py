@@ -333,6 +333,11 @@ class MasterService(master_pb2_grpc.MasterServicer):
         attr = self._store.call(self._ns.commit_file, request.ino, request.size, blocks, request.set_mtime)
         return convert.attr_reply(attr)
 
+    @grpc_method
+    def AbandonBlocks(self, request: mpb.AbandonBlocksRequest, context: Ctx) -> mpb.Empty:
+        self._store.call(self._ns.abandon_blocks, request.ino, list(request.block_ids))
+        return mpb.Empty()
+
     # ------------------------------------------------------------------ policy
 
     @grpc_method

@@ -317,6 +317,14 @@ class AddBlockReply(_message.Message):
     block_size: int
     def __init__(self, block_id: _Optional[int] = ..., worker_ids: _Optional[_Iterable[str]] = ..., storage_class: _Optional[_Union[_common_pb2.StorageClass, str]] = ..., ttl_ms: _Optional[int] = ..., block_size: _Optional[int] = ...) -> None: ...
 
+class AbandonBlocksRequest(_message.Message):
+    __slots__ = ("ino", "block_ids")
+    INO_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
+    ino: int
+    block_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ino: _Optional[int] = ..., block_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class CommitFileRequest(_message.Message):
     __slots__ = ("ino", "size", "blocks", "set_mtime")
     INO_FIELD_NUMBER: _ClassVar[int]

@@ -149,6 +149,11 @@ class MasterStub:
                 request_serializer=curvine_dot_v1_dot_master__pb2.CommitFileRequest.SerializeToString,
                 response_deserializer=curvine_dot_v1_dot_master__pb2.AttrReply.FromString,
                 _registered_method=True)
+        self.AbandonBlocks = channel.unary_unary(
+                '/curvine.v1.Master/AbandonBlocks',
+                request_serializer=curvine_dot_v1_dot_master__pb2.AbandonBlocksRequest.SerializeToString,
+                response_deserializer=curvine_dot_v1_dot_master__pb2.Empty.FromString,
+                _registered_method=True)
         self.SetPolicy = channel.unary_unary(
                 '/curvine.v1.Master/SetPolicy',
                 request_serializer=curvine_dot_v1_dot_master__pb2.SetPolicyRequest.SerializeToString,
@@ -340,6 +345,12 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AbandonBlocks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SetPolicy(self, request, context):
         """per-directory policy
         """
@@ -516,6 +527,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.CommitFile,
                     request_deserializer=curvine_dot_v1_dot_master__pb2.CommitFileRequest.FromString,
                     response_serializer=curvine_dot_v1_dot_master__pb2.AttrReply.SerializeToString,
+            ),
+            'AbandonBlocks': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbandonBlocks,
+                    request_deserializer=curvine_dot_v1_dot_master__pb2.AbandonBlocksRequest.FromString,
+                    response_serializer=curvine_dot_v1_dot_master__pb2.Empty.SerializeToString,
             ),
             'SetPolicy': grpc.unary_unary_rpc_method_handler(
                     servicer.SetPolicy,
@@ -1184,6 +1200,33 @@ class Master:
             '/curvine.v1.Master/CommitFile',
             curvine_dot_v1_dot_master__pb2.CommitFileRequest.SerializeToString,
             curvine_dot_v1_dot_master__pb2.AttrReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbandonBlocks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/curvine.v1.Master/AbandonBlocks',
+            curvine_dot_v1_dot_master__pb2.AbandonBlocksRequest.SerializeToString,
+            curvine_dot_v1_dot_master__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,
