@@ -9,6 +9,9 @@ Error handling: a pass that fails (a data dir that cannot be stat'ed, a bug) is 
 (throttle.py), and the next pass runs as usual; `failures` counts the passes that failed in a row.
 The loop's clock is injected (`clock`: monotonic seconds, for the log throttle); tests call `tick()`
 instead of running the thread.
+
+Every eviction is counted in `curvine_evictions_total` by reason: `ttl` (expired), `watermark`
+(the periodic pass above the high watermark), `space` (on demand, for a write).
 """
 from __future__ import annotations
 
@@ -16,7 +19,10 @@ import logging
 import threading
 import time
 
+from prometheus_client import CollectorRegistry
+
 from curvine_py.core.eviction import choose_victims
+from curvine_py.observe.metrics import WorkerMetrics, register_worker
 from curvine_py.worker.store import Store
 from curvine_py.worker.throttle import DEFAULT_INTERVAL_S as LOG_INTERVAL_S
 from curvine_py.worker.throttle import LogThrottle, Monotonic
@@ -28,7 +34,8 @@ DEFAULT_INTERVAL_S = 1.0   # TTL granularity; cheap: a pass over the in-memory i
 
 class Evictor:
     def __init__(self, store: Store, *, high: float, low: float, interval_s: float = DEFAULT_INTERVAL_S,
-                 clock: Monotonic = time.monotonic, log_interval_s: float = LOG_INTERVAL_S) -> None:
+                 clock: Monotonic = time.monotonic, log_interval_s: float = LOG_INTERVAL_S,
+                 metrics: WorkerMetrics | None = None) -> None:
         if not 0 < low <= high <= 1:
             raise ValueError(f"watermarks must satisfy 0 < low <= high <= 1, got {low}, {high}")
         self._store = store
@@ -39,6 +46,7 @@ class Evictor:
         self._thread: threading.Thread | None = None
         self._throttle = LogThrottle(log_interval_s, clock)
         self.failures = 0   # passes that failed in a row
+        self._metrics = metrics or register_worker(CollectorRegistry())
         store.attach_reclaimer(self.make_room)
 
     def make_room(self, dir_index: int, needed: int) -> int:
@@ -55,6 +63,7 @@ class Evictor:
             victims = choose_victims(candidates, used=used, capacity=capacity, now_ms=store.clock(),
                                      high=self._high, low=self._low, extra_needed=needed)
             evicted = store.evict(v.name for v in victims)
+        self._metrics.evicted("space", evicted)
         if evicted:
             log.info("evicted %d entries from %s to make room for %d bytes", evicted,
                      store.dirs[dir_index].path, needed)
@@ -67,6 +76,7 @@ class Evictor:
         store = self._store
         with store.lock:
             expired = store.evict(store.due_expiries())
+        self._metrics.evicted("ttl", expired)
         if expired:
             log.info("expired %d entries", expired)
         total = expired
@@ -78,6 +88,7 @@ class Evictor:
                 victims = choose_victims(store.candidates(index), used=used, capacity=capacity,
                                          now_ms=store.clock(), high=self._high, low=self._low)
                 evicted = store.evict(v.name for v in victims)
+            self._metrics.evicted("watermark", evicted)
             log.info("evicted %d entries from %s (above the high watermark)", evicted, data_dir.path)
             total += evicted
         return total

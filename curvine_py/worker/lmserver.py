@@ -21,11 +21,19 @@ connection (the protocol has no request ids to resynchronise); other connections
 Buffers: each session keeps one page-aligned buffer and receives every PUT payload and GET object
 into it (a connection is strictly serial, and LMCache's objects of one model all have one size).
 A fresh 32 MiB mmap per request costs ~8k page faults, more than the copy itself (bench lmcache).
+
+Metrics (the worker's families, observe/metrics.py): lookups as way `lm` (GET: hit or miss; EXIST:
+hit or miss; a failed lookup answered as a miss counts as a miss and its error by errno name),
+payload bytes received (PUT) and sent (GET hits), the duration per op (`lm_put`, `lm_get`,
+`lm_exist`: from the request head to the reply sent), and the open connections of listener `lm`.
 """
 from __future__ import annotations
 
 import logging
 import socket
+import time
+
+from prometheus_client import CollectorRegistry
 
 from curvine_py.client.buffers import aligned
 from curvine_py.client.kv import KVClient
@@ -38,6 +46,7 @@ from curvine_py.core.errors import (
     TooLarge,
     Unavailable,
 )
+from curvine_py.observe.metrics import WorkerMetrics, register_worker
 from curvine_py.transport.blocking import HeadReader, recv_exactly_into, set_send_timeout
 from curvine_py.worker.limits import UNBOUNDED, ConnectionGate, ServerLimits
 from curvine_py.worker.listener import Listener, bind_tcp
@@ -70,12 +79,17 @@ def stored_meta(user_meta: bytes, length: int) -> lmproto.ObjectMeta:
     return lmproto.ObjectMeta(length, lmproto.MemoryFormat.BINARY, lmproto.Dtype.UINT8, (length, 0, 0, 0))
 
 
+# The duration label of each timed command (HEALTH and LIST are not operations on the cache).
+_OPS = {lmproto.Command.PUT: "lm_put", lmproto.Command.GET: "lm_get", lmproto.Command.EXIST: "lm_exist"}
+
+
 class LmSession:
     """One `lm://` client connection (LMCache opens one per engine process and talks serially)."""
 
     def __init__(self, sock: socket.socket, kv: KVClient, *, max_payload: int, peer: str,
-                 limits: ServerLimits = UNBOUNDED) -> None:
+                 limits: ServerLimits = UNBOUNDED, metrics: WorkerMetrics | None = None) -> None:
         self._sock = sock
+        self._metrics = metrics or register_worker(CollectorRegistry())
         self._head = HeadReader(sock, wait_s=limits.idle_timeout_s, header_s=limits.header_timeout_s)
         set_send_timeout(sock, limits.idle_timeout_s)
         self._kv = kv
@@ -109,6 +123,18 @@ class LmSession:
             self._sock.close()
 
     def _handle(self, request: lmproto.Request) -> None:
+        op = _OPS.get(request.command)
+        if op is None:
+            self._dispatch(request)
+            return
+        latency = self._metrics.access.latency.labels(op=op)
+        start = time.perf_counter()
+        try:
+            self._dispatch(request)
+        finally:
+            latency.observe(time.perf_counter() - start)
+
+    def _dispatch(self, request: lmproto.Request) -> None:
         match request.command:
             case lmproto.Command.PUT:
                 self._put(request)
@@ -125,9 +151,11 @@ class LmSession:
         payload = self._scratch(request.meta.length)
         recv_exactly_into(self._sock, payload)
         _quickack(self._sock)
+        self._metrics.access.bytes_in("lm", len(payload))
         try:
             self._kv.put(request.key, payload, user_meta=request.meta.pack())
         except CurvineError as exc:
+            self._metrics.errors.record(exc)
             log_throttled(log, _throttle, "put", logging.WARNING, "lm:// put %s failed (it stays a miss): %s",
                           request.key, exc)
 
@@ -147,9 +175,11 @@ class LmSession:
         try:
             found = self._receive(key)
         except CurvineError as exc:
+            self._metrics.errors.record(exc)
             log_throttled(log, _throttle, "get", logging.WARNING, "lm:// get %s failed, answering a miss: %s",
                           key, exc)
             found = None
+        self._metrics.access.lookup("lm", found is not None)
         if found is None:
             self._sock.sendall(lmproto.FAIL_REPLY)
             return
@@ -161,14 +191,18 @@ class LmSession:
             self._sock.sendall(data)
         elif sent < len(head) + len(data):
             self._sock.sendall(data[sent - len(head):])
+        self._metrics.access.bytes_out("lm", len(data))
 
     def _exists(self, key: str) -> bool:
         try:
-            return self._kv.exists_prefix([key], pin=True) == 1
+            found = self._kv.exists_prefix([key], pin=True) == 1
         except CurvineError as exc:
+            self._metrics.errors.record(exc)
             log_throttled(log, _throttle, "exist", logging.WARNING, "lm:// exist %s failed, answering a miss: %s",
                           key, exc)
-            return False
+            found = False
+        self._metrics.access.lookup("lm", found)
+        return found
 
 
 class LmServer:
@@ -176,8 +210,9 @@ class LmServer:
 
     def __init__(self, kv: KVClient, *, host: str, port: int, max_payload: int,
                  limits: ServerLimits = UNBOUNDED, gate: ConnectionGate | None = None,
-                 peers: PeerFilter | None = None) -> None:
+                 peers: PeerFilter | None = None, metrics: WorkerMetrics | None = None) -> None:
         self._kv = kv
+        self._metrics = metrics or register_worker(CollectorRegistry())
         self._peers = peers or PeerFilter()
         self._limits = limits
         self._gate = gate
@@ -191,7 +226,9 @@ class LmServer:
         port = int(sock.getsockname()[1])
 
         def serve(conn: socket.socket, peer: str) -> None:
-            LmSession(conn, self._kv, max_payload=self._max_payload, peer=peer, limits=self._limits).serve()
+            with self._metrics.connections.held("lm"):
+                LmSession(conn, self._kv, max_payload=self._max_payload, peer=peer, limits=self._limits,
+                          metrics=self._metrics).serve()
 
         self._listener = Listener(sock, serve, "lm", gate=self._gate, check_peer=self._peers.check)
         self._listener.start()

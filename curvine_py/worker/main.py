@@ -21,6 +21,7 @@ from types import FrameType
 from curvine_py import config
 from curvine_py.config import WorkerConfig
 from curvine_py.core.errors import CurvineError, InvalidArgument
+from curvine_py.observe.metrics import WorkerMetrics
 from curvine_py.observe.roles import add_metrics_flag, start_endpoint, worker_metrics
 from curvine_py.rpc.tls import add_tls_options, server_context, tls_files
 from curvine_py.worker.evictor import Evictor
@@ -153,7 +154,7 @@ def advertised_host(host: str) -> str:
 
 
 def start_lm_server(cfg: WorkerConfig, node: str, teardown: contextlib.ExitStack, limits: ServerLimits,
-                    gate: ConnectionGate) -> int:
+                    gate: ConnectionGate, metrics: WorkerMetrics) -> int:
     """The LMCache `lm://` port: a KV client of this cluster (routing each key to its owner, this
     worker included, reached by short-circuit when local) behind LMCache's wire protocol."""
     from curvine_py.client import CurvineClient
@@ -166,7 +167,7 @@ def start_lm_server(cfg: WorkerConfig, node: str, teardown: contextlib.ExitStack
     # closed idle connection would cost its engine the L2 tier until it restarts.
     server = LmServer(client.kv, host=cfg.lm_host, port=max(cfg.lm_port, 0), max_payload=cfg.max_payload,
                       limits=dataclasses.replace(limits, idle_timeout_s=0), gate=gate,
-                      peers=PeerFilter(parse_networks(cfg.lm_allow)))
+                      peers=PeerFilter(parse_networks(cfg.lm_allow)), metrics=metrics)
     port = server.start()
     teardown.callback(server.stop)
     return port
@@ -199,7 +200,8 @@ def main(argv: list[str]) -> int:
             store.start_temp_pool()
             worker_id = cfg.worker_id or store.load_worker_id()
             tag.worker_id = worker_id
-            state = WorkerState(worker_id)
+            metrics = worker_metrics(store.dirs)   # counted from the start, served once registered
+            state = WorkerState(worker_id, metrics=metrics)
 
             fd_limit = raise_fd_limit()
             limits = server_limits(cfg).resolved(fd_limit)
@@ -225,7 +227,7 @@ def main(argv: list[str]) -> int:
             _, port = server.start()
             teardown.callback(server.stop)
 
-            evictor = Evictor(store, high=cfg.high_watermark, low=cfg.low_watermark)
+            evictor = Evictor(store, high=cfg.high_watermark, low=cfg.low_watermark, metrics=metrics)
             evictor.start()
             teardown.callback(evictor.stop)
 
@@ -236,7 +238,7 @@ def main(argv: list[str]) -> int:
             node = cfg.node or socket.gethostname()
             lm_port = 0
             if cfg.lm_port:
-                lm_port = start_lm_server(cfg, node, teardown, limits, gate)
+                lm_port = start_lm_server(cfg, node, teardown, limits, gate, metrics)
             host = advertised_host(cfg.host)
             advertised = Advertised(worker_id=worker_id, host=host, port=port, unix_socket=unix_path,
                                     node=node, lm_port=lm_port)
@@ -251,7 +253,7 @@ def main(argv: list[str]) -> int:
                 log.info("stopped before registering with the master")
                 return 0
             lm = f" lm={advertised_host(cfg.lm_host)}:{lm_port}" if lm_port else ""
-            lm += start_endpoint(teardown, cfg.host, cfg.metrics_port, worker_metrics(store.dirs).registry)
+            lm += start_endpoint(teardown, cfg.host, cfg.metrics_port, metrics.registry)
             print(f"worker={host}:{port} id={worker_id}{lm}", flush=True)
             while not stop.wait(1.0):
                 pass

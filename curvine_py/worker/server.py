@@ -48,6 +48,14 @@ A payload above max_payload gets EFBIG *before* any payload byte is read, then c
 handler is logged, answered EIO, and closes only that connection; other connections never notice.
 A worker out of file descriptors answers EAGAIN (`Busy`), so the client tries the next replica or
 misses. Repeated errors are logged rate-limited.
+
+Metrics (observe/metrics.py, the families of `WorkerState.metrics`): every request's duration by op
+(`get`, `write_block`...: from its header to its reply sent), every error answered by errno name,
+KV lookups as way `kv` (GET: a hit or a miss; EXISTS: each key of the stored prefix a hit, the
+first absent key a miss, the check stops there), KV payload bytes received (PUT) and sent over the
+socket (GET on TCP; a short-circuit reply passes an fd, no bytes), and open connections per
+listener (`data`, `shortcircuit`). These are what this worker's store answered, whoever asked: the
+lm:// server's forwarded lookups land here too (the `lm` way counts them once more, as asked).
 """
 from __future__ import annotations
 
@@ -59,6 +67,9 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
+
+from prometheus_client import CollectorRegistry
 
 from curvine_py.core import frames
 from curvine_py.core.errors import (
@@ -74,6 +85,7 @@ from curvine_py.core.errors import (
     TooLarge,
     Unavailable,
 )
+from curvine_py.observe.metrics import WorkerMetrics, register_worker
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 from curvine_py.rpc import tls
 from curvine_py.rpc.auth import token_matches
@@ -102,11 +114,21 @@ def _log_throttled(kind: str, level: int, message: str, *args: object, exc_info:
 
 
 class WorkerState:
-    """What every connection needs to know about the worker; `epoch` is raised by heartbeats."""
+    """What every connection needs to know about the worker; `epoch` is raised by heartbeats.
+    `metrics` are the worker's families (a private registry when none is given: a server built
+    by a test counts without exposing anything)."""
 
-    def __init__(self, worker_id: str, epoch: int = 0) -> None:
+    def __init__(self, worker_id: str, epoch: int = 0, metrics: WorkerMetrics | None = None) -> None:
         self.worker_id = worker_id
         self.epoch = epoch   # a plain int: assignment is atomic, readers need no lock
+        self.metrics = metrics or register_worker(CollectorRegistry())
+
+    def lookups(self) -> tuple[int, int]:
+        """(hits, misses) of KV lookups answered by this worker's data plane since it started."""
+        registry = self.metrics.registry
+        hits = registry.get_sample_value("curvine_cache_hits_total", {"way": "kv"})
+        misses = registry.get_sample_value("curvine_cache_misses_total", {"way": "kv"})
+        return int(hits or 0), int(misses or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +175,7 @@ class Session:
         self._head = blocking.HeadReader(sock, wait_s=self._wait_s(), header_s=options.header_timeout_s)
         blocking.set_send_timeout(sock, options.idle_timeout_s)
         self._unread = 0          # payload bytes of the current request not yet consumed
+        self._metrics = state.metrics
         self._close_after = False
         self._handlers: dict[frames.Op, Callable[[frames.FramePrefix, DataHeader], _Outcome]] = {
             frames.Op.HELLO: self._hello,
@@ -239,6 +262,15 @@ class Session:
             self._send_error(prefix, PermissionDenied("authenticate with HELLO first"))
             return False
         self._unread = prefix.payload_length
+        latency = self._metrics.access.latency.labels(op=prefix.op.name.lower())
+        start = time.perf_counter()
+        try:
+            return self._answer(prefix, header)
+        finally:
+            latency.observe(time.perf_counter() - start)
+
+    def _answer(self, prefix: frames.FramePrefix, header: DataHeader) -> bool:
+        """Runs the handler of a request read and sends its reply; False = close the connection."""
         try:
             outcome = self._handlers[prefix.op](prefix, header)
         except CurvineError as exc:
@@ -287,6 +319,12 @@ class Session:
         if stored is None:
             blocking.send_frame(self._sock, op, request_id, header, response=True)
             return
+        self._send_stored(prefix, outcome, stored)
+        if op == frames.Op.GET and not self._options.pass_fds:
+            self._metrics.access.bytes_out("kv", outcome.length)
+
+    def _send_stored(self, prefix: frames.FramePrefix, outcome: _Outcome, stored: StoredFile) -> None:
+        op, request_id, header = prefix.op, prefix.request_id, outcome.header
         with stored:
             if self._options.pass_fds:
                 header.data_offset = stored.data_offset + outcome.offset
@@ -308,6 +346,7 @@ class Session:
         self._send_raw_error(int(prefix.op), prefix.request_id, exc)
 
     def _send_raw_error(self, code: int, request_id: int, exc: CurvineError) -> None:
+        self._metrics.errors.record(exc)   # every error answered passes here, counted by errno name
         with contextlib.suppress(OSError):
             self._sock.sendall(error_frame(code, request_id, exc))
 
@@ -355,6 +394,7 @@ class Session:
         with pending:
             pending.receive(self._fill, self._trailer(header, length))
             stored_now = pending.commit()
+        self._metrics.access.bytes_in("kv", length)
         return _Outcome(DataHeader(length=length, found=not stored_now))
 
     def _get(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
@@ -365,6 +405,7 @@ class Session:
             # Bad bytes are never returned: for a KV object that is a miss, and the copy goes.
             self._store.drop_bad(self._store.object_name(header.key))
             stored = None
+        self._metrics.access.lookup("kv", stored is not None)
         if stored is None:
             return _Outcome(DataHeader(found=False))
         meta = stored.header
@@ -374,7 +415,12 @@ class Session:
 
     def _exists(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
         self._check_epoch(header)
-        return _Outcome(DataHeader(hit_count=self._store.exists(header.keys, pin=header.pin)))
+        hit_count = self._store.exists(header.keys, pin=header.pin)
+        if hit_count:
+            self._metrics.access.hits.labels(way="kv").inc(hit_count)
+        if hit_count < len(header.keys):
+            self._metrics.access.lookup("kv", False)   # the first absent key; the check stops there
+        return _Outcome(DataHeader(hit_count=hit_count))
 
     def _delete(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
         self._check_epoch(header)
@@ -438,8 +484,11 @@ class Session:
 
 def session_handler(store: Store, state: WorkerState, options: SessionOptions) -> ConnectionHandler:
     """Serves one data-plane connection (TCP or short-circuit) until EOF or garbage."""
+    listener: Literal["data", "shortcircuit"] = "shortcircuit" if options.pass_fds else "data"
+
     def serve(conn: socket.socket, peer: str) -> None:
-        Session(conn, store, state, options, peer).serve()
+        with state.metrics.connections.held(listener):
+            Session(conn, store, state, options, peer).serve()
     return serve
 
 
