@@ -9,9 +9,9 @@ certificate against it. Data-plane peers are checked against the CA only, not by
 (workers are addressed by IP and placed by the master); gRPC checks the master's name or IP
 against the certificate as it always does. Without a certificate nothing changes (plain TCP).
 
-Data plane on TLS: `TlsSocket` is the socket class of every wrapped connection; it maps what the
-servers' blocking code relies on onto TLS (a kernel receive timeout surfaces as BlockingIOError,
-MSG_DONTWAIT reads only what is already decrypted). sendfile cannot be used (the kernel would send
+Data plane on TLS: `TlsSocket` is the socket class of the worker's wrapped connections; it maps
+what the servers' blocking code relies on onto TLS (kernel timeouts become Python timeouts that
+surface as BlockingIOError, MSG_DONTWAIT reads only what is already decrypted). sendfile cannot be used (the kernel would send
 plaintext): replies of stored files are read and sent (see worker/server.py).
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import socket
 import ssl
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,23 +87,47 @@ def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
 
 
 class TlsSocket(ssl.SSLSocket):
-    """A data-plane TLS connection that behaves, for our blocking code, like the plain socket."""
+    """A worker's TLS connection that behaves, for the servers' blocking code, like the plain
+    socket. Kernel timeouts do not work under TLS (CPython's read loop retries SSL_read on a
+    blocking socket after EAGAIN, forever), so SO_RCVTIMEO/SO_SNDTIMEO set on it are kept and
+    applied as Python timeouts on each receive and send, and a timeout surfaces as the plain
+    socket's EAGAIN (BlockingIOError). MSG_DONTWAIT reads only bytes already decrypted."""
+
+    _recv_timeout: float | None = None
+    _send_timeout: float | None = None
+
+    def setsockopt(self, level: int, optname: int, value: Any, *rest: Any) -> None:
+        if level == socket.SOL_SOCKET and optname in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO) \
+                and isinstance(value, bytes):
+            seconds, micros = _TIMEVAL.unpack(value)
+            timeout = seconds + micros / 1e6 or None
+            if optname == socket.SO_RCVTIMEO:
+                self._recv_timeout = timeout
+            else:
+                self._send_timeout = timeout
+            return
+        super().setsockopt(level, optname, value, *rest)
 
     def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
         if flags & socket.MSG_DONTWAIT:
             if not self.pending():
                 raise BlockingIOError("no decrypted bytes waiting")
             flags &= ~socket.MSG_DONTWAIT
+        self.settimeout(self._recv_timeout)
         try:
             return super().recv_into(buffer, nbytes, flags)
-        except ssl.SSLWantReadError:     # the kernel receive timeout fired (SO_RCVTIMEO)
+        except (TimeoutError, ssl.SSLWantReadError):
             raise BlockingIOError("receive timed out") from None
 
     def sendall(self, data: Any, flags: int = 0) -> None:
+        self.settimeout(self._send_timeout)
         try:
             super().sendall(data, flags)
-        except ssl.SSLWantWriteError:    # the kernel send timeout fired (SO_SNDTIMEO)
+        except (TimeoutError, ssl.SSLWantWriteError):
             raise BlockingIOError("send timed out") from None
+
+
+_TIMEVAL = struct.Struct("@ll")
 
 
 def server_context(files: TlsFiles) -> ssl.SSLContext:
@@ -129,8 +154,7 @@ def client_context(files: TlsFiles) -> ssl.SSLContext:
         context.verify_mode = ssl.CERT_NONE     # encrypted, server not verified: say --tls-ca
     if files.cert:
         context.load_cert_chain(files.cert, files.key)
-    context.sslsocket_class = TlsSocket
-    return context
+    return context      # plain SSLSocket: the client uses Python timeouts already (dataconn.py)
 
 
 def wrap_server(context: ssl.SSLContext, conn: socket.socket, timeout_s: float) -> socket.socket:

@@ -64,6 +64,7 @@ import errno
 import logging
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -492,7 +493,32 @@ def session_handler(store: Store, state: WorkerState, options: SessionOptions) -
     return serve
 
 
-def tls_handler(context: ssl.SSLContext, serve: ConnectionHandler, handshake_s: float) -> ConnectionHandler:
+class TlsConnections:
+    """The wrapped connections being served, so stop() can end them (the listener only knows the
+    plain sockets, which the handshake detached from their descriptors)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: set[socket.socket] = set()
+
+    def add(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._live.add(sock)
+
+    def discard(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._live.discard(sock)
+
+    def shutdown_all(self) -> None:
+        with self._lock:
+            live = list(self._live)
+        for sock in live:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+def tls_handler(context: ssl.SSLContext, serve: ConnectionHandler, handshake_s: float,
+                live: TlsConnections) -> ConnectionHandler:
     """`serve` behind a TLS handshake (bounded by `handshake_s`); a peer that fails it (no TLS,
     no or a foreign client certificate) is closed without an answer."""
     def serve_tls(conn: socket.socket, peer: str) -> None:
@@ -502,9 +528,11 @@ def tls_handler(context: ssl.SSLContext, serve: ConnectionHandler, handshake_s: 
             log.info("data plane: TLS handshake with %s failed: %s", peer, exc)
             conn.close()
             return
+        live.add(wrapped)
         try:
             serve(wrapped, peer)
         finally:
+            live.discard(wrapped)
             wrapped.close()
     return serve_tls
 
@@ -519,6 +547,7 @@ class DataServer:
                  refuser: Refuser | None = None, tls: ssl.SSLContext | None = None) -> None:
         self._store = store
         self._tls = tls
+        self._tls_live = TlsConnections()
         self._state = state
         self._host = host
         self._port = port
@@ -533,7 +562,7 @@ class DataServer:
         self.address = (self._host, sock.getsockname()[1])
         handler = session_handler(self._store, self._state, self._options)
         if self._tls is not None:
-            handler = tls_handler(self._tls, handler, self._options.auth_timeout_s or HANDSHAKE_S)
+            handler = tls_handler(self._tls, handler, self._options.auth_timeout_s or HANDSHAKE_S, self._tls_live)
         self._listener = Listener(sock, handler, "data",
                                   gate=self._gate, refuse=self._refuser.refuse if self._refuser else None)
         self._listener.start()
@@ -544,4 +573,5 @@ class DataServer:
         if self._listener is not None:
             self._listener.stop()
             self._listener = None
+        self._tls_live.shutdown_all()
 

@@ -90,7 +90,7 @@ def refused(host: str, port: int, context: ssl.SSLContext | None) -> bool:
     """True when the worker closes (or fails the handshake) instead of answering a frame."""
     hello = frames.encode(Op.HELLO, 1, DataHeader(token=""))
     try:
-        with socket.create_connection((host, port), timeout=5) as raw:
+        with socket.create_connection((host, port), timeout=15) as raw:
             sock = context.wrap_socket(raw) if context else raw
             sock.sendall(hello)
             return sock.recv(1) == b""
