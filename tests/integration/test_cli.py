@@ -86,7 +86,7 @@ def test_unreachable_master_is_a_clear_error() -> None:
 
 def test_up_runs_the_embedded_default_and_stops_cleanly(tmp_path: pathlib.Path) -> None:
     up = start("up", curvine_command("up", "--data-dir", str(tmp_path / "cv"), "--master-port", "0",
-                                     "--worker-port", "0"), ready_prefix="master=", timeout=60)
+                                     "--worker-port", "0", "--lm-port", "0"), ready_prefix="master=", timeout=60)
     try:
         address = up.address
         assert (tmp_path / "cv" / "master.addr").read_text().strip() == address
@@ -106,7 +106,7 @@ def test_up_runs_the_embedded_default_and_stops_cleanly(tmp_path: pathlib.Path) 
 def test_up_with_mount_creates_the_mountpoint(tmp_path: pathlib.Path) -> None:
     mountpoint = tmp_path / "not-yet" / "mnt"
     up = start("up", curvine_command("up", "--data-dir", str(tmp_path / "cv"), "--master-port", "0",
-                                     "--worker-port", "0", "--mount", str(mountpoint)), ready_prefix="mount=",
+                                     "--worker-port", "0", "--lm-port", "0", "--mount", str(mountpoint)), ready_prefix="mount=",
                timeout=90)
     try:
         (mountpoint / "hello.txt").write_bytes(b"through the mount")
@@ -146,7 +146,7 @@ def test_up_passes_the_token_to_its_children_never_on_their_command_lines(tmp_pa
     token_file.chmod(0o600)
     mountpoint = tmp_path / "mnt"
     up = start("up", curvine_command("up", "--data-dir", str(tmp_path / "cv"), "--master-port", "0",
-                                     "--worker-port", "0", "--token-file", str(token_file),
+                                     "--worker-port", "0", "--lm-port", "0", "--token-file", str(token_file),
                                      "--mount", str(mountpoint)),
                ready_prefix="mount=", timeout=90)
     try:
@@ -177,8 +177,8 @@ def test_up_passes_the_token_to_its_children_never_on_their_command_lines(tmp_pa
 
 def test_up_takes_the_token_from_the_environment_and_refuses_a_bad_token_file(tmp_path: pathlib.Path) -> None:
     up = start("up", curvine_command("up", "--data-dir", str(tmp_path / "cv"), "--master-port", "0",
-                                     "--worker-port", "0"), ready_prefix="master=", timeout=60,
-               env={"CURVINE_TOKEN": SECRET})
+                                     "--worker-port", "0", "--lm-port", "0"), ready_prefix="master=",
+               timeout=60, env={"CURVINE_TOKEN": SECRET})
     try:
         assert not [line for line in _cmdlines(up.process.pid).values() if SECRET in line]
         refused = cli("kv", "--master", up.address, "--timeout", "2", "exists", "k", env={"CURVINE_TOKEN": "wrong"})
