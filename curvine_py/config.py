@@ -123,7 +123,8 @@ class MountConfig:
     negative_timeout: float = 0.0     # 0: never cache a missing name (LMCache polls for new ones)
     writeback_cache: bool = False
     direct_io: bool = False
-    keep_cache: bool = False
+    keep_cache: bool = False          # keep the page cache at every open, unvalidated
+    validate_cache: bool = True       # keep it across opens of a file unchanged since (fuse/pagecache.py)
     deadline_s: float = 10.0          # any operation fails after this long
     read_ahead_kb: int = 16384        # the kernel's read-ahead: 1 MiB requests need >= 1024
     max_tasks: int = 64               # concurrent FUSE requests served

@@ -11,8 +11,9 @@ the newest ctime this mount knows (the read's, or a later local commit's or chan
 made on another node between that and the batch (under BATCH_S) would get its ctime put back to
 the older value; docs/fuse.md lists this.
 
-Reads answered from the kernel's page cache never reach the mount (keep_cache is off by default,
-so the first read after each open does).
+Reads answered from the kernel's page cache never reach the mount. So an open keeps the cache
+(fuse/pagecache.py) only when `due` says a read now would not move the atime: with relatime the
+first read after a change (or a day) still reaches the mount; with strictatime every open drops.
 """
 from __future__ import annotations
 
@@ -55,6 +56,14 @@ class AtimeUpdates:
         atime = noted[0] if noted is not None else attr.atime_ns
         if atime_due(self.mode, atime, attr.mtime_ns, attr.ctime_ns, now):
             self._pending[attr.ino] = (now, attr.ctime_ns)
+
+    def due(self, attr: cpb.Attr) -> bool:
+        """Would a read of the file now move its atime (so it must reach the mount)?"""
+        if self.mode == "noatime":
+            return False
+        noted = self._pending.get(attr.ino)
+        atime = noted[0] if noted is not None else attr.atime_ns
+        return atime_due(self.mode, atime, attr.mtime_ns, attr.ctime_ns, self._clock_ns())
 
     def shown(self, ino: int) -> int | None:
         """The atime to show for `ino` while its update waits for the batch."""

@@ -25,6 +25,7 @@ from curvine_py.fuse.coalesce import Coalescer
 from curvine_py.fuse.leases import DirLeaseTable
 from curvine_py.fuse.names import NameCache
 from curvine_py.fuse.offload import Offload
+from curvine_py.fuse.pagecache import CacheVersions
 from curvine_py.fuse.readbuf import ReplyBuffers
 from curvine_py.fuse.state import AttrCache, Handles, OpenFile
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
@@ -56,7 +57,7 @@ class DataLost(CurvineError):
 class MountContext:
     def __init__(self, client: CurvineClient, offload: Offload, *, root: int, node: str,
                  read_only: bool = False, attr_ttl: float = 0.0, names_ttl: float = 0.0,
-                 dir_leases: bool = True) -> None:
+                 dir_leases: bool = True, cache_versions: bool = True) -> None:
         self.client = client
         self.master = client.master
         self.offload = offload
@@ -67,6 +68,8 @@ class MountContext:
         self.buffers = ReplyBuffers()
         self.attrs = AttrCache(attr_ttl, names=NameCache(names_ttl))
         self.leases = DirLeaseTable(enabled=dir_leases)
+        # What the kernel's page cache holds per inode: which opens may keep it (fuse/pagecache.py).
+        self.versions = CacheVersions(enabled=cache_versions)
         # Directories removed (rmdir, replaced by rename) through this mount while open here:
         # fstat of such a descriptor shows nlink 0 until the last releasedir, as on a local file
         # system, instead of ESTALE. Nothing else is kept: a removed directory is empty.
@@ -128,6 +131,7 @@ class MountContext:
         if not opened.file.dirty:
             return
         self.attrs.drop(opened.ino)
+        self.versions.forget(opened.ino)
         await self.data(opened.file.commit)
         opened.committed_mtime = opened.file.attr.mtime_ns
         self.note(opened.file.attr)

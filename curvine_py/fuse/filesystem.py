@@ -26,9 +26,10 @@ class Filesystem:
     def __init__(self, client: CurvineClient, offload: Offload, *, root: int, node: str,
                  read_only: bool = False, attr_ttl: float = 0.0, names_ttl: float = 0.0,
                  reader: TrioBlockReader | None = None, dir_leases: bool = True,
-                 read_ahead: int = 0, atime: str = "relatime") -> None:
+                 read_ahead: int = 0, atime: str = "relatime", cache_versions: bool = True) -> None:
         self.ctx = MountContext(client, offload, root=root, node=node, read_only=read_only,
-                                attr_ttl=attr_ttl, names_ttl=names_ttl, dir_leases=dir_leases)
+                                attr_ttl=attr_ttl, names_ttl=names_ttl, dir_leases=dir_leases,
+                                cache_versions=cache_versions)
         self.root = root
         self.session = SessionTask(self.ctx)
         self.nodes = Nodes(self.ctx, self.session)

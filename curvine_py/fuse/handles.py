@@ -21,6 +21,7 @@ from curvine_py.core.rules import verifiable_range
 from curvine_py.fuse.atime import AtimeUpdates
 from curvine_py.fuse.context import MountContext
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
+from curvine_py.fuse.pagecache import Version
 from curvine_py.fuse.readbuf import POOLED
 from curvine_py.fuse.session import SessionTask
 from curvine_py.fuse.state import FileHandle, OpenFile
@@ -67,7 +68,7 @@ class Files:
         ctx.note(attr)
         # A file of size 0 has no blocks: skip GetBlocks (one round trip less per create).
         known = pb.BlocksReply(attr=attr) if attr.size == 0 else None
-        handle = await self._open_attr(attr, flags, uid, known)
+        handle = await self._open_attr(attr, flags, uid, known, cacheable=False)
         if created and handle.open.handles == 1:
             handle.open.created_as = (parent, name)
         return handle, attr
@@ -79,6 +80,7 @@ class Files:
             ctx.writable()
         if flags & os.O_TRUNC:
             ctx.attrs.drop(ino)
+            ctx.versions.forget(ino)
             request = pb.SetAttrRequest(ino=ino, size=0, mtime_now=True)
             if uid != 0:
                 current = await ctx.current_mode(ino)
@@ -89,34 +91,55 @@ class Files:
                 await ctx.data(opened.file.setattr, request)
             else:
                 await ctx.icall(ctx.master.setattr, request)
-        return await self._open_attr(cpb.Attr(ino=ino), flags, uid, None)
+        direct = bool(flags & os.O_DIRECT)
+        return await self._open_attr(cpb.Attr(ino=ino), flags, uid, None, cacheable=not direct)
 
-    async def _open_attr(self, attr: cpb.Attr, flags: int, uid: int, known: pb.BlocksReply | None) -> FileHandle:
+    async def _open_attr(self, attr: cpb.Attr, flags: int, uid: int, known: pb.BlocksReply | None, *,
+                         cacheable: bool) -> FileHandle:
+        """`cacheable`: the open goes through the page cache, so it may keep what the kernel
+        holds when the content is unchanged (pagecache.py); creates and O_DIRECT opens never do."""
         ctx = self.ctx
         ino = attr.ino
+        version: Version | None
         opened = ctx.handles.open_files.get(ino)
         if opened is not None:
             opened.handles += 1     # claimed before the await: a concurrent release keeps it
             try:
-                await ctx.data(opened.file.refresh)   # close-to-open on re-open
+                reloaded = await ctx.data(opened.file.refresh)   # close-to-open on re-open
             except BaseException:
                 opened.handles -= 1
                 raise
+            # Not reloaded: uncommitted writes here, a content the master does not name.
+            version = Version.of_attr(opened.file.attr) if reloaded else None
         else:
             # A known (empty) block map needs no round trip: build it here, without a thread hop.
-            file = self._new_file(attr, known) if known is not None else await ctx.data(self._new_file, attr, None)
+            file, fetched = (self._new_file(attr, known) if known is not None
+                             else await ctx.data(self._new_file, attr, None))
+            version = Version.of_blocks(fetched)
             opened = ctx.handles.open_files.get(ino)   # another open may have won meanwhile
             if opened is None:
                 opened = ctx.handles.open_files[ino] = OpenFile(ino, file, self._mode_of(file))
+            elif opened.file is not file:
+                version = None if opened.file.dirty else Version.of_attr(opened.file.attr)
             opened.handles += 1
         ctx.note(opened.file.attr)
         handle = FileHandle(ctx.handles.new_id(), opened, uid, (flags & os.O_ACCMODE) != os.O_RDONLY)
+        if cacheable:
+            # An open whose first read must move the atime drops the cache so that read arrives.
+            atime_due = self.atime is not None and self.atime.due(ctx.attrs.get(ino) or opened.file.attr)
+            handle.keep_cache = ctx.versions.at_open(ino, version, drop=atime_due)
+            handle.new_content = not handle.keep_cache
+        else:
+            ctx.versions.forget(ino)
         ctx.handles.files[handle.fh] = handle
         return handle
 
-    def _new_file(self, attr: cpb.Attr, known: pb.BlocksReply | None) -> CurvineFile:
-        return CurvineFile(self.ctx.client.blocks, attr, node=self.ctx.node, writable=True, blocks=known,
+    def _new_file(self, attr: cpb.Attr, known: pb.BlocksReply | None) -> tuple[CurvineFile, pb.BlocksReply]:
+        """The file and the block map it was opened with (its block ids name the version)."""
+        reply = known if known is not None else self.ctx.client.blocks.master.get_blocks(attr.ino)
+        file = CurvineFile(self.ctx.client.blocks, attr, node=self.ctx.node, writable=True, blocks=reply,
                            read_ahead=self.read_ahead, write_behind=True)
+        return file, reply
 
     @staticmethod
     def _mode_of(file: CurvineFile) -> int:
@@ -178,6 +201,7 @@ class Files:
             request = pb.SetAttrRequest(ino=opened.ino, mode=kill_suid_sgid(opened.mode))
             attr: cpb.Attr = await ctx.icall(ctx.master.setattr, request)
             opened.mode = attr.mode
+        ctx.versions.forget(opened.ino)
         n = opened.file.try_pwrite(offset, data)      # into memory: no thread hop
         if n is None:
             n = await ctx.data(opened.file.pwrite, offset, data)

@@ -64,7 +64,8 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
     fs = Filesystem(client, offload, root=root, node=client.node, read_only=options.read_only,
                     attr_ttl=options.attr_timeout,
                     names_ttl=min(options.entry_timeout, options.attr_timeout), reader=reader,
-                    read_ahead=options.read_ahead, atime=options.atime)
+                    read_ahead=options.read_ahead, atime=options.atime,
+                    cache_versions=options.validate_cache and not options.direct_io)
     ops = Operations(fs, Timeouts(options.attr_timeout, options.entry_timeout, options.negative_timeout),
                      writeback_cache=options.writeback_cache, direct_io=options.direct_io,
                      keep_cache=options.keep_cache)

@@ -23,6 +23,7 @@ from curvine_py.fuse.attrs import InodeMap, Timeouts, entry_attributes, negative
 from curvine_py.fuse.errors import boundary
 from curvine_py.fuse.filesystem import Filesystem
 from curvine_py.fuse.nodes import kind_of
+from curvine_py.fuse.pagecache import STATS_XATTR, RequestCounters
 from curvine_py.fuse.setattrs import AttrChanges
 from curvine_py.fuse.state import LookupCounts
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
@@ -52,7 +53,8 @@ class Operations(pyfuse3.Operations):
         self.lookups = LookupCounts()
         self.enable_writeback_cache = writeback_cache
         self._direct_io = direct_io
-        self._keep_cache = keep_cache
+        self._keep_cache = keep_cache     # always keep, unvalidated (-o keep_cache)
+        self.counters = RequestCounters()
         fs.files.removed_hook = self._entry_removed
 
     async def _entry_removed(self, parent: int, name: str, ino: int) -> None:
@@ -70,6 +72,16 @@ class Operations(pyfuse3.Operations):
                 await trio.to_thread.run_sync(invalidate, abandon_on_cancel=True)
             except OSError as exc:     # ENOENT: the kernel holds no such entry, nothing to drop
                 log.debug("invalidating %r in %d: %s", name, parent, exc)
+
+    def _invalidate_attributes(self, inode: int) -> None:
+        """An open found content the kernel's cached attributes may predate (committed elsewhere
+        within the attr timeout): the kernel asks again before its next read, so it reads up to the
+        new size, not the old one. Attributes only: no page lock is taken, so this cannot wait for
+        a request we serve, and it runs inline."""
+        try:
+            pyfuse3.invalidate_inode(inode, attr_only=True)
+        except OSError as exc:     # ENOENT: the kernel holds no such inode, nothing to drop
+            log.debug("invalidating the attributes of %d: %s", inode, exc)
 
     # -- helpers -----------------------------------------------------------------------------
     def _m(self, ino: int) -> int:
@@ -183,16 +195,25 @@ class Operations(pyfuse3.Operations):
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         handle = await self.fs.files.open(self._m(inode), flags, ctx.uid)
         direct = self._direct_io or bool(flags & os.O_DIRECT)
-        return pyfuse3.FileInfo(fh=handle.fh, direct_io=direct, keep_cache=self._keep_cache)
+        keep = self._keep_cache or (handle.keep_cache and not direct)
+        if handle.new_content and not self._keep_cache:
+            self._invalidate_attributes(inode)
+        self.counters.opens += 1
+        self.counters.opens_kept_cache += keep
+        return pyfuse3.FileInfo(fh=handle.fh, direct_io=direct, keep_cache=keep)
 
     @boundary
     async def read(self, fh: int, off: int, size: int) -> memoryview:  # type: ignore[override]
         # pyfuse3 accepts any contiguous buffer (PyObject_GetBuffer), so a view of a pooled
         # page-aligned buffer goes out without a copy to bytes.
-        return await self.fs.files.read(fh, off, size)
+        self.counters.reads += 1
+        data = await self.fs.files.read(fh, off, size)
+        self.counters.read_bytes += len(data)
+        return data
 
     @boundary
     async def write(self, fh: int, off: int, buf: bytes) -> int:
+        self.counters.writes += 1
         return await self.fs.files.write(fh, off, buf)
 
     @boundary
@@ -232,6 +253,8 @@ class Operations(pyfuse3.Operations):
     # -- xattrs, statfs, access --------------------------------------------------------------
     @boundary
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        if inode == pyfuse3.ROOT_INODE and name == STATS_XATTR.encode():
+            return self.counters.as_json()
         return await self.fs.xattrs.getxattr(self._m(inode), _name(name))
 
     @boundary

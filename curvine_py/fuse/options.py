@@ -3,7 +3,8 @@
 Defaults follow what LMCache's fs:// connector and a POSIX user need: the kernel checks
 permissions (default_permissions), attributes and names are cached 1 s, negative lookups are NOT
 cached (LMCache polls with stat for a name another node may create at any moment), the page cache
-is dropped at open (keep_cache off: close-to-open with other nodes), 1 MiB requests and a raised
+is kept across opens only of a file unchanged since it was cached (validate_cache, close-to-open
+with other nodes; `-o no_keep_cache` drops it at every open), 1 MiB requests and a raised
 read-ahead. `-o attr_timeout=S,entry_timeout=S,negative_timeout=S,writeback_cache,...` are accepted
 too, so `mount -t fuse`-style option strings (CSI) work unchanged.
 """
@@ -49,6 +50,7 @@ class MountOptions:
     writeback_cache: bool
     direct_io: bool
     keep_cache: bool
+    validate_cache: bool
     deadline_s: float
     force: bool
     read_ahead_kb: int
@@ -94,7 +96,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", dest="options", action="append", default=[],
                    help="comma-separated mount options: allow_other, default_permissions, ro, fsname=..., "
                         "attr_timeout=S, entry_timeout=S, negative_timeout=S, writeback_cache, direct_io, "
-                        "keep_cache")
+                        "keep_cache, no_keep_cache")
     p.add_argument("--attr-timeout", type=float,
                    help=f"seconds the kernel caches attributes (default {defaults.attr_timeout:g})")
     p.add_argument("--entry-timeout", type=float,
@@ -105,7 +107,9 @@ def parser() -> argparse.ArgumentParser:
                    help="kernel write-back cache (faster small writes, slower large ones)")
     p.add_argument("--direct-io", action="store_true", default=None, help="bypass the page cache")
     p.add_argument("--keep-cache", action="store_true", default=None,
-                   help="keep the page cache across opens (other nodes' writes may be missed)")
+                   help="keep the page cache at every open (other nodes' writes may be missed)")
+    p.add_argument("--no-keep-cache", dest="validate_cache", action="store_false", default=None,
+                   help="drop the page cache at every open (default: kept for files unchanged since cached)")
     p.add_argument("--deadline", type=float,
                    help=f"seconds any operation may take before it fails (default {defaults.deadline_s:g})")
     p.add_argument("--read-ahead-kb", type=int,
@@ -148,6 +152,8 @@ def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions
                 fuse_options.discard("allow_other")
             elif key in ("writeback_cache", "direct_io", "keep_cache") and not eq:
                 flags[key] = True
+            elif key == "no_keep_cache" and not eq:
+                flags["validate_cache"] = False
             elif key in ("relatime", "strictatime", "noatime") and not eq:
                 # The mount updates atimes itself (fuse/atime.py); libfuse refuses strictatime.
                 flags["atime"] = key
@@ -168,12 +174,16 @@ def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions
     for key in ("writeback_cache", "direct_io", "keep_cache"):
         if getattr(args, key):
             flags[key] = True
+    if args.validate_cache is False:
+        flags["validate_cache"] = False
     flags.update({"master": args.master, "token": args.token, "token_file": args.token_file, "node": args.node,
                   "subdir": args.subdir,
                   "deadline_s": args.deadline, "read_ahead_kb": args.read_ahead_kb,
                   "max_tasks": args.max_tasks, "log_level": args.log_level,
                   "metrics_port": args.metrics_port, "metrics_host": args.metrics_host})
     cfg = load(MountConfig, section="mount", toml_path=args.config, flags=flags, env=env)
+    if cfg.keep_cache and not cfg.validate_cache:
+        raise InvalidArgument("keep_cache and no_keep_cache contradict each other: give one")
     if not cfg.master:
         raise InvalidArgument("--master HOST:PORT is required (or CURVINE_MASTER)")
     return MountOptions(
@@ -181,6 +191,7 @@ def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions
         token=cfg.token, node=cfg.node, fuse_options=frozenset(fuse_options),
         attr_timeout=cfg.attr_timeout, entry_timeout=cfg.entry_timeout, negative_timeout=cfg.negative_timeout,
         writeback_cache=cfg.writeback_cache, direct_io=cfg.direct_io, keep_cache=cfg.keep_cache,
+        validate_cache=cfg.validate_cache,
         deadline_s=cfg.deadline_s, force=args.force, read_ahead_kb=cfg.read_ahead_kb, max_tasks=cfg.max_tasks,
         max_background=cfg.max_background, config=args.config, log_level=cfg.log_level.upper(),
         read_ahead=cfg.fuse_read_ahead, data_threads=cfg.fuse_data_threads, trio_reads=cfg.fuse_trio_reads,

@@ -46,6 +46,7 @@ class AttrSetter:
             if changes.size < 0:
                 raise InvalidArgument("negative size")
             request.size = changes.size
+            ctx.versions.forget(ino)     # the kernel's cached pages may hold what is cut off
         if changes.atime_ns is not None:
             request.atime_ns = changes.atime_ns
         if changes.mtime_ns is not None:

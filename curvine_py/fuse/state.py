@@ -71,6 +71,8 @@ class FileHandle:
     open: OpenFile
     uid: int                    # the opener: non-root writers clear setuid/setgid (killpriv)
     writable: bool
+    keep_cache: bool = False    # this open keeps the kernel's page cache (fuse/pagecache.py)
+    new_content: bool = False   # this open found a content the kernel may not know: its attributes are stale
 
 
 @dataclass(slots=True)

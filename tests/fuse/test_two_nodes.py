@@ -4,12 +4,14 @@ The mounts stay in this mount namespace (`nsenter --net` only), so the test read
 
 Close-to-open: a file closed on A is seen whole on B at its next open; renames and unlinks are
 seen; LMCache's fs:// pattern (write x.tmp, os.replace to x) never shows partial content on B; a
-name created on A is found by stat on B at once (no negative caching).
+name created on A is found by stat on B at once (no negative caching); B's page cache serves an
+unchanged file's re-open and never a file A rewrote.
 """
 from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import mmap
 import os
 import random
@@ -20,6 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from curvine_py.fuse.pagecache import STATS_XATTR
 from tests.fuse.mounts import Mount
 from tests.harness import Cluster, random_bytes, wait_until
 from tests.netns import network_namespaces
@@ -207,3 +210,23 @@ def test_lmcache_pattern_never_shows_partial_content(nodes: tuple[Mount, Mount, 
     assert len(seen) >= 10, f"reader saw too few versions ({len(seen)}; misses {misses[:20]})"
     assert seen == sorted(seen), "versions appear in order"
     assert set(misses) <= {errno.ENOENT, errno.EIO, errno.ESTALE}, misses
+
+
+def _reads(mount: Mount) -> int:
+    return int(json.loads(os.getxattr(mount.path, STATS_XATTR))["reads"])
+
+
+def test_a_file_rewritten_on_a_is_read_new_on_b_even_when_b_had_it_cached(
+        nodes: tuple[Mount, Mount, Cluster]) -> None:
+    a, b, _ = nodes
+    v1, v2 = random_bytes(4 * MiB, seed=41), random_bytes(4 * MiB, seed=42)
+    (a.path / "cached").write_bytes(v1)
+    assert (b.path / "cached").read_bytes() == v1
+    before = _reads(b)
+    assert (b.path / "cached").read_bytes() == v1
+    assert _reads(b) == before, "B's second open of the unchanged file is served from its page cache"
+    with open(a.path / "cached", "r+b") as writer:      # same size, rewritten in place on A
+        writer.write(v2)
+    before = _reads(b)
+    assert (b.path / "cached").read_bytes() == v2, "B's next open reads what A committed"
+    assert _reads(b) > before
