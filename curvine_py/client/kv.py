@@ -91,12 +91,23 @@ class KVClient:
             owners = table[key] = self.owners(key, view, self.replicas + 1)
         return owners
 
-    def _with_view(self, action: Callable[[View], T]) -> T:
-        """Runs `action` on the current view; once more on a fresh view after ESTALE."""
+    def _with_view(self, action: Callable[[View], T], on_stale: Callable[[], T] | None = None) -> T:
+        """Runs `action` on the current view; once more on a fresh view after ESTALE. Still stale
+        (the refresh kept the old view: the master is unreachable or behind the workers): a read
+        answers `on_stale()` (a miss: the cache stays usable), a write raises Unavailable, never
+        StaleEpoch to the caller."""
         try:
             return action(self._membership.view())
         except StaleEpoch:
+            pass
+        try:
             return action(self._membership.refresh())
+        except StaleEpoch as exc:
+            if on_stale is not None:
+                log.info("membership view still stale after a refresh (%s): answering a miss", exc)
+                return on_stale()
+            raise Unavailable(f"the workers know a newer membership than this client can fetch ({exc}); "
+                              "try again once the master answers") from None
 
     # -- operations --------------------------------------------------------------------------
     def put(self, key: str, data: bytes | bytearray | memoryview, *, user_meta: bytes = b"",
@@ -134,7 +145,7 @@ class KVClient:
         else a new page-aligned buffer), or None on a miss."""
         validate_key(key, self._max_key_bytes)
         target = None if out is None else writable_view(out)
-        return self._with_view(lambda view: self._get(key, view, target)[1])
+        return self._with_view(lambda view: self._get(key, view, target)[1], on_stale=lambda: None)
 
     def get(self, key: str) -> bytes | None:
         data = self.get_view(key)
@@ -148,7 +159,7 @@ class KVClient:
     def get_with_meta(self, key: str, out: Any = None) -> tuple[memoryview, bytes] | None:
         validate_key(key, self._max_key_bytes)
         target = None if out is None else writable_view(out)
-        reply, data = self._with_view(lambda view: self._get(key, view, target))
+        reply, data = self._with_view(lambda view: self._get(key, view, target), on_stale=self._stale_miss)
         return None if data is None else (data, bytes(reply.user_meta))
 
     def get_many(self, keys: Sequence[str], outs: Sequence[Any] | None = None) -> list[memoryview | None]:
@@ -217,10 +228,15 @@ class KVClient:
             hit = found[index]
             if hit is None:     # the rest of its owners, as get() goes (its first owner skipped)
                 skip = (view, asked[index]) if asked[index] is not None else None
-                reply, data = self._with_view(functools.partial(self._get, key, out=targets[index], skip=skip))
+                reply, data = self._with_view(functools.partial(self._get, key, out=targets[index], skip=skip),
+                                              on_stale=self._stale_miss)
                 hit = None if data is None else (reply, data)
             results.append(None if hit is None else (hit[1], bytes(hit[0].user_meta)))
         return results
+
+    @staticmethod
+    def _stale_miss() -> tuple[DataHeader, memoryview | None]:
+        return DataHeader(found=False), None
 
     def _batch_executor(self) -> ThreadPoolExecutor:
         with self._batch_lock:
@@ -259,7 +275,7 @@ class KVClient:
         With `pin`, hits stay readable for the worker's grace period."""
         for key in keys:
             validate_key(key, self._max_key_bytes)
-        return self._with_view(lambda view: self._exists_prefix(list(keys), view, pin))
+        return self._with_view(lambda view: self._exists_prefix(list(keys), view, pin), on_stale=lambda: 0)
 
     def _exists_prefix(self, keys: list[str], view: View, pin: bool) -> int:
         by_owner: dict[str, list[int]] = {}
