@@ -5,7 +5,7 @@ snapshots, ModifyVolume are not offered).
 
 csi-sanity is a Go program: set CSI_SANITY to its binary or put it on PATH. It builds offline from
 the csi-test v5.3.1 tag, whose dependencies are vendored, with Debian 12's Go 1.19
-(`apt-get install golang-1.19-go`; `go build -mod=vendor ./cmd/csi-sanity`, see docs/csi.md).
+(`apt-get install golang-1.19-go`; `go build -mod=vendor ./cmd/csi-sanity`, see docs/kubernetes.md).
 Without it this test is reported as skipped, never as passed.
 """
 from __future__ import annotations
