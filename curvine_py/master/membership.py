@@ -133,7 +133,8 @@ class Membership:
             self._workers[worker_id], capacity=usage.capacity, used=usage.used, available=usage.available,
             blocks=usage.blocks, objects=usage.objects, evictions=usage.evictions,
             free_space_ratio=usage.free_space_ratio, reserve_bytes=usage.reserve_bytes,
-            fs_free_bytes=usage.fs_free_bytes, last_heartbeat_ms=self._wall_ms())
+            fs_free_bytes=usage.fs_free_bytes, hits=usage.hits, misses=usage.misses,
+            last_heartbeat_ms=self._wall_ms())
         evicted, bad = list(evicted), list(bad)
         if evicted or bad:
             with self._ns.transaction():

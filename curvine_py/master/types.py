@@ -180,6 +180,8 @@ class WorkerInfo:
     free_space_ratio: float = 0.0   # the worker's disk reserve (heartbeat), not persisted
     reserve_bytes: int = 0
     fs_free_bytes: int = 0
+    hits: int = 0                   # KV lookups since the worker started (heartbeat), not persisted
+    misses: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +259,8 @@ class Usage:
     free_space_ratio: float = 0.0
     reserve_bytes: int = 0
     fs_free_bytes: int = 0
+    hits: int = 0
+    misses: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,15 @@
 """A real worker's `/metrics` (scrape, act, scrape), parsed with prometheus-client's own exposition
 parser: KV lookups (way `kv`) and lm:// lookups (way `lm`) as hits and misses, payload bytes in and
 out, operation durations per op, evictions by reason, open connections per listener, errors by
-errno name. One worker, so every key is owned by it and each count is exact; the test client's node
+errno name; and the KV hits and misses the heartbeat carries into the master's report (the status
+page's hit rate, `report --json`). One worker, so every key is owned by it and each count is exact; the test client's node
 differs from the worker's, so it reads over TCP (bytes sent) rather than by short-circuit."""
 from __future__ import annotations
 
+import json
 import pathlib
 import socket
+import time
 import urllib.request
 from collections.abc import Iterator
 
@@ -14,9 +17,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from curvine_py.core import frames, lmproto
+from curvine_py.observe.statusview import status_view
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
+from curvine_py.proto.curvine.v1.master_pb2 import WorkerInfo
 from curvine_py.transport.blocking import read_head, recv_exactly
 from tests.harness import Cluster, random_bytes, wait_until
+from tests.integration.test_cli import cli
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 KiB = 1 << 10
@@ -134,3 +140,28 @@ def test_an_unauthenticated_request_counts_as_an_eacces_error(cluster: Cluster) 
     after = scrape(metrics)
     assert moved(before, after, "curvine_errors_total", code="EACCES") == 1
     assert moved(before, after, "curvine_cache_misses_total", way="kv") == 0   # refused, not looked up
+
+
+def test_hits_and_misses_reach_the_master_report_and_report_json(cluster: Cluster) -> None:
+    metrics, _ = endpoints(cluster)
+    client = cluster.client()
+    client.kv.put("metrics-key-report", b"r" * KiB)
+    for _ in range(3):
+        assert client.kv.get("metrics-key-report") is not None
+    assert client.kv.get("metrics-key-report-absent") is None
+    counted = scrape(metrics)
+    hits = value(counted, "curvine_cache_hits_total", way="kv")
+    misses = value(counted, "curvine_cache_misses_total", way="kv")
+    assert hits >= 3 and misses >= 1
+
+    def entry() -> WorkerInfo:
+        [worker] = client.master.report().workers
+        return worker
+
+    wait_until(lambda: (entry().hits, entry().misses) == (hits, misses), 15, "a heartbeat with the counts")
+    view = status_view(client.master.report(), now_ms=int(time.time() * 1000))
+    assert view.hit_rate == pytest.approx(hits / (hits + misses))
+    as_json = cli("report", "--master", cluster.master_address, "--token", TOKEN, "--json")
+    assert as_json.returncode == 0, as_json.stderr.decode()
+    [worker] = json.loads(as_json.stdout)["workers"]
+    assert (int(worker["hits"]), int(worker["misses"])) == (hits, misses)

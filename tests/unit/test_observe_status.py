@@ -55,8 +55,8 @@ def test_view_from_a_report() -> None:
     assert view.workers[2].used_ratio == pytest.approx(0.1)
     assert view.workers[2].heartbeat_age_ms == 300
     assert view.workers[2].address == "10.0.0.1:9000"
-    # The protocol has no hit counts yet: the view says "unknown", not 0%.
-    assert view.hits is None and view.hit_rate is None
+    # Counts of 0 (no lookups yet): the rate is unknown, not 0%.
+    assert view.hits == 0 and view.hit_rate is None
     assert view.workers[0].hit_rate is None
 
 

@@ -109,7 +109,7 @@ def test_page_shows_the_cluster_and_a_killed_worker_turns_lost(
     assert all("1.0 GiB" in row["capacity"] for row in state["rows"])
     assert state["fields"]["workers"] == "2 / 2"
     assert int(state["fields"]["epoch"]) == report.epoch
-    assert state["fields"]["hit-rate"] == "not reported"   # the report has no hit counts yet
+    assert state["fields"]["hit-rate"] == "not reported"   # no lookups yet: no rate to show
     assert {(p["path"], p["cls"]) for p in state["policies"]} >= {("/kvcache", "cache")}
     assert state["policies"][0]["path"] == "/"
     assert state["quotas"] == [{"path": "/tenant", "bytes": "0 B / 1.0 GiB (0%)", "inodes": "1 / 1,000 (0%)"}]

@@ -354,7 +354,7 @@ class PolicyReply(_message.Message):
     def __init__(self, policy: _Optional[_Union[_common_pb2.Policy, _Mapping]] = ..., path: _Optional[str] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "host", "port", "unix_socket", "node", "capacity", "used", "available", "lm_port", "live", "last_heartbeat_ms", "blocks", "objects", "evictions", "free_space_ratio", "reserve_bytes", "fs_free_bytes")
+    __slots__ = ("worker_id", "host", "port", "unix_socket", "node", "capacity", "used", "available", "lm_port", "live", "last_heartbeat_ms", "blocks", "objects", "evictions", "free_space_ratio", "reserve_bytes", "fs_free_bytes", "hits", "misses")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
@@ -372,6 +372,8 @@ class WorkerInfo(_message.Message):
     FREE_SPACE_RATIO_FIELD_NUMBER: _ClassVar[int]
     RESERVE_BYTES_FIELD_NUMBER: _ClassVar[int]
     FS_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    MISSES_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     host: str
     port: int
@@ -389,7 +391,9 @@ class WorkerInfo(_message.Message):
     free_space_ratio: float
     reserve_bytes: int
     fs_free_bytes: int
-    def __init__(self, worker_id: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., unix_socket: _Optional[str] = ..., node: _Optional[str] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., lm_port: _Optional[int] = ..., live: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., blocks: _Optional[int] = ..., objects: _Optional[int] = ..., evictions: _Optional[int] = ..., free_space_ratio: _Optional[float] = ..., reserve_bytes: _Optional[int] = ..., fs_free_bytes: _Optional[int] = ...) -> None: ...
+    hits: int
+    misses: int
+    def __init__(self, worker_id: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., unix_socket: _Optional[str] = ..., node: _Optional[str] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., lm_port: _Optional[int] = ..., live: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., blocks: _Optional[int] = ..., objects: _Optional[int] = ..., evictions: _Optional[int] = ..., free_space_ratio: _Optional[float] = ..., reserve_bytes: _Optional[int] = ..., fs_free_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ...) -> None: ...
 
 class RegisterWorkerRequest(_message.Message):
     __slots__ = ("info", "block_ids")
@@ -414,7 +418,7 @@ class RegisterWorkerReply(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., lease_ms: _Optional[int] = ..., delete_block_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id", "capacity", "used", "available", "evicted_block_ids", "bad_block_ids", "blocks", "objects", "evictions", "free_space_ratio", "reserve_bytes", "fs_free_bytes")
+    __slots__ = ("worker_id", "capacity", "used", "available", "evicted_block_ids", "bad_block_ids", "blocks", "objects", "evictions", "free_space_ratio", "reserve_bytes", "fs_free_bytes", "hits", "misses")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -427,6 +431,8 @@ class HeartbeatRequest(_message.Message):
     FREE_SPACE_RATIO_FIELD_NUMBER: _ClassVar[int]
     RESERVE_BYTES_FIELD_NUMBER: _ClassVar[int]
     FS_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    MISSES_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     capacity: int
     used: int
@@ -439,7 +445,9 @@ class HeartbeatRequest(_message.Message):
     free_space_ratio: float
     reserve_bytes: int
     fs_free_bytes: int
-    def __init__(self, worker_id: _Optional[str] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., evicted_block_ids: _Optional[_Iterable[int]] = ..., bad_block_ids: _Optional[_Iterable[int]] = ..., blocks: _Optional[int] = ..., objects: _Optional[int] = ..., evictions: _Optional[int] = ..., free_space_ratio: _Optional[float] = ..., reserve_bytes: _Optional[int] = ..., fs_free_bytes: _Optional[int] = ...) -> None: ...
+    hits: int
+    misses: int
+    def __init__(self, worker_id: _Optional[str] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., evicted_block_ids: _Optional[_Iterable[int]] = ..., bad_block_ids: _Optional[_Iterable[int]] = ..., blocks: _Optional[int] = ..., objects: _Optional[int] = ..., evictions: _Optional[int] = ..., free_space_ratio: _Optional[float] = ..., reserve_bytes: _Optional[int] = ..., fs_free_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
     __slots__ = ("epoch", "reregister", "delete_block_ids")
