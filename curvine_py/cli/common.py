@@ -40,3 +40,13 @@ def run_tool(name: str, action: Callable[[], int]) -> int:
         return 1
     except BrokenPipeError:
         return 0
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB' (binary units, as df -h)."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{n} B"
+        size /= 1024
+    return str(n)

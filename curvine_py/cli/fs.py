@@ -6,7 +6,7 @@ import json
 import sys
 import time
 
-from curvine_py.cli.common import add_client_options, client_from, run_tool
+from curvine_py.cli.common import add_client_options, client_from, human_bytes, run_tool
 from curvine_py.client import CurvineClient, FileStatus
 from curvine_py.config import parse_size
 from curvine_py.core.errors import InvalidArgument
@@ -17,15 +17,6 @@ def _line(status: FileStatus) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(status.mtime_ns / 1e9))
     import stat as st
     return f"{st.filemode(status.mode)} {status.nlink:>3} {status.uid:>5} {status.gid:>5} {status.size:>14} {stamp} {status.path}"
-
-
-def _human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{n} B"
-        size /= 1024
-    return str(n)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -70,8 +61,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _limit(used: int, limit: int, human: bool) -> str:
-    shown = _human(used) if human else str(used)
-    return f"{shown}/{(_human(limit) if human else str(limit)) if limit else 'unlimited'}"
+    shown = human_bytes(used) if human else str(used)
+    return f"{shown}/{(human_bytes(limit) if human else str(limit)) if limit else 'unlimited'}"
 
 
 def _quota(client: CurvineClient, args: argparse.Namespace) -> None:
@@ -154,8 +145,8 @@ def execute(client: CurvineClient, args: argparse.Namespace) -> int:
         case "df":
             info = fs.df(args.path)
             files = f"{info.files}/{info.max_files}" if info.max_files else str(info.files)
-            print(f"capacity {_human(info.capacity)}  used {_human(info.used)}  "
-                  f"available {_human(info.available)}  files {files}")
+            print(f"capacity {human_bytes(info.capacity)}  used {human_bytes(info.used)}  "
+                  f"available {human_bytes(info.available)}  files {files}")
     return 0
 
 
