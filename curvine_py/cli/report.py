@@ -1,55 +1,168 @@
-"""`curvine-py report [--json]`: workers (live and lost), capacity, usage, health."""
+"""`curvine-py report [--json] [--watch [SECONDS]]`: the cluster as the master reports it. A rich
+table of the workers (capacity bar, health, last heartbeat, objects, blocks, evictions, disk
+reserve), the replication state (under-replicated and lost blocks, repairs) and the quotas.
+`--json`: the master's ClusterReport as JSON. `--watch`: the same again every SECONDS (2), in place
+on a terminal (rich Live), one snapshot after another in a pipe (one JSON document per line with
+--json); Ctrl-C ends it (exit 0).
+
+Hit rates are not in the master's report (the workers count hits and misses on their own
+/metrics endpoints, curvine_cache_hits_total and curvine_cache_misses_total), so the table shows
+none rather than a made-up number.
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from collections.abc import Callable
 
 from google.protobuf.json_format import MessageToDict
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
 
-from curvine_py.cli.common import add_client_options, client_from, run_tool
+from curvine_py.cli.common import add_client_options, client_from, human_bytes, run_tool
+from curvine_py.client import CurvineClient
+from curvine_py.proto.curvine.v1 import master_pb2 as pb
+
+DEFAULT_WATCH_S = 2.0
+BAR_WIDTH = 20
+PIPE_WIDTH = 200     # a pipe has no width: wide enough that no row wraps for a script reading it
+
+
+def bar(used: int, total: int, width: int = BAR_WIDTH) -> Text:
+    """`[#######.............]  37%`, red from 90% (the default high watermark), yellow from 75%."""
+    share = used / total if total else 0.0
+    filled = min(width, round(share * width))
+    style = "red" if share >= 0.9 else "yellow" if share >= 0.75 else "green"
+    text = Text("[")
+    text.append("#" * filled, style=style)
+    text.append("." * (width - filled), style="dim")
+    text.append(f"] {share:4.0%}")
+    return text
+
+
+def _age(last_heartbeat_ms: int, now_ms: float) -> str:
+    return f"{(now_ms - last_heartbeat_ms) / 1000:.1f}s ago" if last_heartbeat_ms else "never"
+
+
+def workers_table(report: pb.ClusterReport, now_ms: float) -> Table:
+    table = Table(title="workers", title_justify="left", expand=False)
+    for name, justify in (("worker", "left"), ("health", "left"), ("address", "left"), ("node", "left"),
+                          ("capacity", "left"), ("used / capacity", "right"), ("objects", "right"),
+                          ("blocks", "right"), ("evictions", "right"), ("heartbeat", "right"),
+                          ("disk reserve", "right"), ("lm://", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)   # type: ignore[arg-type]
+    for w in report.workers:
+        health = Text("live", style="green") if w.live else Text("LOST", style="bold red")
+        reserve = f"{w.free_space_ratio:.0%} = {human_bytes(w.reserve_bytes)} (free {human_bytes(w.fs_free_bytes)})"
+        table.add_row(w.worker_id, health, f"{w.host}:{w.port}", w.node, bar(w.used, w.capacity),
+                      f"{human_bytes(w.used)} / {human_bytes(w.capacity)}", str(w.objects), str(w.blocks),
+                      str(w.evictions), _age(w.last_heartbeat_ms, now_ms), reserve if w.live else "",
+                      str(w.lm_port or "off"))
+    return table
+
+
+def quotas_table(report: pb.ClusterReport) -> Table:
+    table = Table(title=f"quotas {len(report.quotas)}", title_justify="left")
+    for name in ("path", "bytes", "used / limit", "inodes"):
+        table.add_column(name, no_wrap=True)
+    for q in report.quotas:
+        table.add_row(q.path, bar(q.used_bytes, q.max_bytes) if q.max_bytes else Text("no byte limit"),
+                      f"{human_bytes(q.used_bytes)} / {human_bytes(q.max_bytes) if q.max_bytes else 'unlimited'}",
+                      f"{q.used_inodes} / {q.max_inodes or 'unlimited'}")
+    return table
+
+
+def render(report: pb.ClusterReport, now_ms: float) -> RenderableType:
+    live = sum(1 for w in report.workers if w.live)
+    health = "green" if live == len(report.workers) and live else "red"
+    head = Text(f"cluster {report.cluster_id}  epoch {report.epoch}  workers ")
+    head.append(f"{live} live / {len(report.workers)}", style=health)
+    total = Text("capacity ")
+    total.append_text(bar(report.used, report.capacity))
+    total.append(f"  used {human_bytes(report.used)} of {human_bytes(report.capacity)}"
+                 f" ({report.used} / {report.capacity} bytes), available {human_bytes(report.available)}")
+    counts = Text(f"files {report.files}  directories {report.directories}  blocks {report.blocks}  "
+                  f"directory leases {report.dir_leases}")
+    r = report.replication
+    replication = Text("replication: ")
+    replication.append(f"{r.under_replicated} under-replicated", style="yellow" if r.under_replicated else "")
+    replication.append(", ")
+    replication.append(f"{r.lost} lost", style="bold red" if r.lost else "")
+    replication.append(f", {r.surplus} surplus blocks; repaired {r.repaired_blocks} blocks "
+                       f"({human_bytes(r.repaired_bytes)}), {r.repair_failures} failed copies, "
+                       f"repair rate {human_bytes(r.repair_rate) + '/s' if r.repair_rate else 'off'}")
+    parts: list[RenderableType] = [head, total, counts, workers_table(report, now_ms), replication]
+    parts += [Text(f"  LOST (no live copy of a block): {path}", style="red") for path in r.lost_files]
+    if r.last_error:
+        parts.append(Text(f"  last repair error: {r.last_error}", style="red"))
+    if report.quotas:
+        parts.append(quotas_table(report))
+    return Group(*parts)
+
+
+def as_json(report: pb.ClusterReport, indent: int | None) -> str:
+    return json.dumps(MessageToDict(report, always_print_fields_with_no_presence=True), indent=indent)
+
+
+def watch(fetch: Callable[[], pb.ClusterReport], show: Callable[[pb.ClusterReport], None],
+          live: Live | None, interval: float) -> None:
+    """Fetch and show every `interval` seconds until Ctrl-C (KeyboardInterrupt)."""
+    while True:
+        report = fetch()
+        if live is not None:
+            live.update(render(report, time.time() * 1000), refresh=True)
+        else:
+            show(report)
+        time.sleep(interval)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="curvine-py report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_client_options(p)
+    p.add_argument("--json", action="store_true", help="the master's report as JSON")
+    p.add_argument("--watch", nargs="?", type=float, const=DEFAULT_WATCH_S, metavar="SECONDS",
+                   help=f"refresh every SECONDS ({DEFAULT_WATCH_S:g} when not given) until Ctrl-C")
+    return p
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="curvine-py report", description=__doc__)
-    add_client_options(p)
-    p.add_argument("--json", action="store_true")
+    p = parser()
     args = p.parse_args(argv)
+    if args.watch is not None and not args.watch > 0:
+        p.error("--watch SECONDS must be more than 0")
+    console = Console(soft_wrap=False) if sys.stdout.isatty() else Console(width=PIPE_WIDTH, soft_wrap=False)
+
+    def show(report: pb.ClusterReport) -> None:
+        if args.json:
+            print(as_json(report, None if args.watch else 2), flush=True)
+        else:
+            console.print(render(report, time.time() * 1000))
+            if args.watch:
+                console.print()   # a blank line between snapshots in a pipe
 
     def body() -> int:
         with client_from(args) as client:
-            report = client.master.report()
-        if args.json:
-            print(json.dumps(MessageToDict(report, always_print_fields_with_no_presence=True), indent=2))
-            return 0
-        live = sum(1 for w in report.workers if w.live)
-        print(f"cluster {report.cluster_id}  epoch {report.epoch}  workers {live} live / {len(report.workers)}")
-        print(f"capacity {report.capacity}  used {report.used}  available {report.available}")
-        print(f"files {report.files}  directories {report.directories}  blocks {report.blocks}  "
-              f"directory leases {report.dir_leases}")
-        now = time.time() * 1000
-        for w in report.workers:
-            age = (now - w.last_heartbeat_ms) / 1000 if w.last_heartbeat_ms else float("nan")
-            state = "live" if w.live else "LOST"
-            print(f"  {w.worker_id:<18} {state:<4} {w.host}:{w.port:<6} node={w.node} "
-                  f"used={w.used}/{w.capacity} objects={w.objects} blocks={w.blocks} "
-                  f"evictions={w.evictions} heartbeat={age:.1f}s ago")
-            if w.live:
-                print(f"  {'':<18} disk reserve {w.free_space_ratio:.0%} of the file system = "
-                      f"{w.reserve_bytes} bytes kept free (free now {w.fs_free_bytes})")
-        r = report.replication
-        print(f"replication: {r.under_replicated} under-replicated, {r.lost} lost, {r.surplus} surplus blocks; "
-              f"repaired {r.repaired_blocks} blocks ({r.repaired_bytes} bytes), {r.repair_failures} failed copies, "
-              f"repair rate {r.repair_rate or 'off'}")
-        for path in r.lost_files:
-            print(f"  LOST (no live copy of a block): {path}")
-        if r.last_error:
-            print(f"  last repair error: {r.last_error}")
-        if report.quotas:
-            print(f"quotas {len(report.quotas)}")
-        for q in report.quotas:
-            print(f"  {q.path:<30} bytes {q.used_bytes}/{q.max_bytes or 'unlimited'}  "
-                  f"inodes {q.used_inodes}/{q.max_inodes or 'unlimited'}")
-        return 0
+            if args.watch is None:
+                show(client.master.report())
+                return 0
+            return _watch(client, show, console, args.watch, terminal=sys.stdout.isatty() and not args.json)
 
     return run_tool("report", body)
+
+
+def _watch(client: CurvineClient, show: Callable[[pb.ClusterReport], None], console: Console,
+           interval: float, terminal: bool) -> int:
+    try:
+        if terminal:
+            with Live(console=console, auto_refresh=False, transient=False) as live:
+                watch(client.master.report, show, live, interval)
+        else:
+            watch(client.master.report, show, None, interval)
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -8,6 +8,7 @@ import pathlib
 
 import psutil
 
+from curvine_py.cli.common import human_bytes
 from curvine_py.proto.curvine.v1.master_pb2 import WorkerInfo
 from tests.harness import Cluster, wait_until
 from tests.integration.test_cli import cli
@@ -29,7 +30,8 @@ def test_report_shows_the_disk_reserve_of_each_worker(tmp_path: pathlib.Path) ->
 
         out = cli("report", "--master", cluster.master_address)
         assert out.returncode == 0, out.stderr.decode()
-        assert out.stdout.count(f"disk reserve 25% of the file system = {int(total * 0.25)} bytes".encode()) == 2
+        # one table row per worker, its "disk reserve" cell: ratio = bytes kept free (free now)
+        assert out.stdout.decode().count(f"25% = {human_bytes(int(total * 0.25))} (free ") == 2
 
         as_json = cli("report", "--master", cluster.master_address, "--json")
         workers = json.loads(as_json.stdout)["workers"]

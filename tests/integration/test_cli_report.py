@@ -1,0 +1,101 @@
+"""`curvine-py report` against a real cluster: the table and --json say what the cluster holds
+(workers, usage, files, quotas, a lost worker), and --watch refreshes: in place on a pty (rich
+Live), one snapshot after another in a pipe."""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import time
+
+from curvine_py.client import CurvineClient
+from curvine_py.procs import curvine_command
+from tests.harness import Cluster, random_bytes, wait_until
+from tests.integration.test_cli import cli
+
+
+def report_json(cluster: Cluster) -> dict:   # type: ignore[type-arg]
+    result = cli("report", "--master", cluster.master_address, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)   # type: ignore[no-any-return]
+
+
+def worker_ids(cluster: Cluster) -> list[str]:
+    return [w.field("id") for w in cluster.workers if w is not None]
+
+
+def test_report_and_json_match_the_cluster(cluster3: Cluster) -> None:
+    cluster3.wait_for_live_workers(3)
+    data = random_bytes(5 << 20, seed=3)
+    with CurvineClient(cluster3.master_address) as client:
+        client.fs.mkdir("/models", parents=True)
+        client.fs.set_quota("/models", max_bytes=64 << 20, max_inodes=10)
+        with client.fs.open("/models/w.bin", "wb") as handle:
+            handle.write(data)
+        client.kv.put("chunk-0", b"kv" * 1000)
+    ids = worker_ids(cluster3)
+    wait_until(lambda: sum(int(w["used"]) for w in report_json(cluster3)["workers"]) >= len(data), 15,
+               "the heartbeats report the usage")
+    report = report_json(cluster3)
+    assert sorted(w["workerId"] for w in report["workers"]) == sorted(ids)
+    assert all(w["live"] for w in report["workers"])
+    assert int(report["files"]) == 1 and int(report["capacity"]) == sum(int(w["capacity"]) for w in report["workers"])
+    assert sum(int(w["objects"]) for w in report["workers"]) == 1
+    [quota] = report["quotas"]
+    assert quota["path"] == "/models" and int(quota["usedBytes"]) == len(data) and int(quota["maxBytes"]) == 64 << 20
+
+    text = cli("report", "--master", cluster3.master_address).stdout.decode()
+    assert "3 live / 3" in text and "files 1 " in text
+    rows = {line.split()[1]: line for line in text.splitlines() if line.startswith("│") and "127.0.0.1:" in line}
+    assert sorted(rows) == sorted(ids) and all("│ live " in row for row in rows.values())
+    assert "0 under-replicated" in text and "0 lost" in text
+    quota_row = next(line for line in text.splitlines() if "/models" in line)
+    assert "5.0 MiB / 64.0 MiB" in quota_row and "1 / 10" in quota_row
+
+    cluster3.kill_worker(2)   # its lease runs out: the report shows it lost, and the blocks it held
+    wait_until(lambda: sum(1 for w in report_json(cluster3)["workers"] if not w["live"]) == 1, 30, "worker 2 is lost")
+    text = cli("report", "--master", cluster3.master_address).stdout.decode()
+    assert "2 live / 3" in text
+    lost = next(line for line in text.splitlines() if ids[2] in line)
+    assert "LOST" in lost
+
+
+def test_watch_in_a_pipe_prints_one_snapshot_after_another(cluster1: Cluster) -> None:
+    cluster1.wait_for_live_workers(1)
+    proc = subprocess.Popen(curvine_command("report", "--master", cluster1.master_address, "--json", "--watch", "0.2"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        snapshots = [json.loads(proc.stdout.readline()) for _ in range(3)]   # one JSON document a line
+        assert all(s["clusterId"] == snapshots[0]["clusterId"] and len(s["workers"]) == 1 for s in snapshots)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0, proc.stderr.read() if proc.stderr else ""
+
+
+def test_watch_on_a_terminal_refreshes_in_place(cluster1: Cluster) -> None:
+    cluster1.wait_for_live_workers(1)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(curvine_command("report", "--master", cluster1.master_address, "--watch", "0.2"),
+                            stdout=follower, stderr=follower, env={**os.environ, "COLUMNS": "220", "TERM": "xterm"})
+    os.close(follower)
+    output = b""
+    try:
+        deadline = time.monotonic() + 30
+        while output.count(b"1 live / 1") < 3 and time.monotonic() < deadline:
+            if select.select([leader], [], [], 1)[0]:
+                output += os.read(leader, 65536)
+        assert output.count(b"1 live / 1") >= 3, output
+        assert b"\x1b[2K" in output and b"\x1b[1A" in output, "rich Live erases and rewrites its lines"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+        os.close(leader)
+
+
+def test_watch_needs_a_positive_interval(cluster1: Cluster) -> None:
+    result = cli("report", "--master", cluster1.master_address, "--watch", "0")
+    assert result.returncode == 2 and b"more than 0" in result.stderr
