@@ -1,13 +1,12 @@
 """`curvine-py report [--json] [--watch [SECONDS]]`: the cluster as the master reports it. A rich
-table of the workers (capacity bar, health, last heartbeat, objects, blocks, evictions, disk
-reserve), the replication state (under-replicated and lost blocks, repairs) and the quotas.
+table of the workers (capacity bar, health, last heartbeat, objects, blocks, evictions, hit rate,
+disk reserve), the replication state (under-replicated and lost blocks, repairs) and the quotas.
 `--json`: the master's ClusterReport as JSON. `--watch`: the same again every SECONDS (2), in place
 on a terminal (rich Live), one snapshot after another in a pipe (one JSON document per line with
 --json); Ctrl-C ends it (exit 0).
 
-Hit rates are not in the master's report (the workers count hits and misses on their own
-/metrics endpoints, curvine_cache_hits_total and curvine_cache_misses_total), so the table shows
-none rather than a made-up number.
+Hit rate: of the KV lookups each worker answered since it started (the hits and misses its
+heartbeat carries); "-" when it has answered none, never a made-up number.
 """
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 DEFAULT_WATCH_S = 2.0
 BAR_WIDTH = 20
-PIPE_WIDTH = 200     # a pipe has no width: wide enough that no row wraps for a script reading it
+PIPE_WIDTH = 240     # a pipe has no width: wide enough that no row wraps for a script reading it
 
 
 def bar(used: int, total: int, width: int = BAR_WIDTH) -> Text:
@@ -48,19 +47,25 @@ def _age(last_heartbeat_ms: int, now_ms: float) -> str:
     return f"{(now_ms - last_heartbeat_ms) / 1000:.1f}s ago" if last_heartbeat_ms else "never"
 
 
+def hit_rate(hits: int, misses: int) -> str:
+    lookups = hits + misses
+    return f"{hits / lookups:.1%} of {lookups}" if lookups else "-"
+
+
 def workers_table(report: pb.ClusterReport, now_ms: float) -> Table:
     table = Table(title="workers", title_justify="left", expand=False)
     for name, justify in (("worker", "left"), ("health", "left"), ("address", "left"), ("node", "left"),
                           ("capacity", "left"), ("used / capacity", "right"), ("objects", "right"),
                           ("blocks", "right"), ("evictions", "right"), ("heartbeat", "right"),
-                          ("disk reserve", "right"), ("lm://", "right")):
+                          ("hit rate", "right"), ("disk reserve", "right"), ("lm://", "right")):
         table.add_column(name, justify=justify, no_wrap=True)   # type: ignore[arg-type]
     for w in report.workers:
         health = Text("live", style="green") if w.live else Text("LOST", style="bold red")
         reserve = f"{w.free_space_ratio:.0%} = {human_bytes(w.reserve_bytes)} (free {human_bytes(w.fs_free_bytes)})"
         table.add_row(w.worker_id, health, f"{w.host}:{w.port}", w.node, bar(w.used, w.capacity),
                       f"{human_bytes(w.used)} / {human_bytes(w.capacity)}", str(w.objects), str(w.blocks),
-                      str(w.evictions), _age(w.last_heartbeat_ms, now_ms), reserve if w.live else "",
+                      str(w.evictions), _age(w.last_heartbeat_ms, now_ms), hit_rate(w.hits, w.misses),
+                      reserve if w.live else "",
                       str(w.lm_port or "off"))
     return table
 

@@ -36,9 +36,13 @@ def test_report_and_json_match_the_cluster(cluster3: Cluster) -> None:
         with client.fs.open("/models/w.bin", "wb") as handle:
             handle.write(data)
         client.kv.put("chunk-0", b"kv" * 1000)
+        assert client.kv.get("chunk-0") == b"kv" * 1000 and client.kv.get("chunk-9") is None   # 1 hit, 1 miss
     ids = worker_ids(cluster3)
-    wait_until(lambda: sum(int(w["used"]) for w in report_json(cluster3)["workers"]) >= len(data), 15,
-               "the heartbeats report the usage")
+    def settled() -> bool:
+        workers = report_json(cluster3)["workers"]
+        return (sum(int(w["used"]) for w in workers) >= len(data)
+                and sum(int(w["hits"]) + int(w["misses"]) for w in workers) >= 2)
+    wait_until(settled, 15, "the heartbeats report the usage and the lookups")
     report = report_json(cluster3)
     assert sorted(w["workerId"] for w in report["workers"]) == sorted(ids)
     assert all(w["live"] for w in report["workers"])
@@ -51,6 +55,11 @@ def test_report_and_json_match_the_cluster(cluster3: Cluster) -> None:
     assert "3 live / 3" in text and "files 1 " in text
     rows = {line.split()[1]: line for line in text.splitlines() if line.startswith("│") and "127.0.0.1:" in line}
     assert sorted(rows) == sorted(ids) and all("│ live " in row for row in rows.values())
+    by_id = {w["workerId"]: w for w in report["workers"]}
+    for worker_id, row in rows.items():   # each row's hit rate is its worker's reported counters
+        hits, misses = int(by_id[worker_id]["hits"]), int(by_id[worker_id]["misses"])
+        assert (f"{hits / (hits + misses):.1%} of {hits + misses}" if hits + misses else " - ") in row
+    assert sum(int(w["hits"]) for w in report["workers"]) >= 1 and sum(int(w["misses"]) for w in report["workers"]) >= 1
     assert "0 under-replicated" in text and "0 lost" in text
     quota_row = next(line for line in text.splitlines() if "/models" in line)
     assert "5.0 MiB / 64.0 MiB" in quota_row and "1 / 10" in quota_row
