@@ -590,7 +590,7 @@ def _umask() -> int:
 
 
 def _read(path: pathlib.Path) -> bytes:
-    with open(path, "rb") as fh:     # each open drops the page cache (keep_cache off): the read reaches the mount
+    with open(path, "rb") as fh:     # an open whose read must move the atime drops the page cache: the read arrives
         return fh.read()
 
 
