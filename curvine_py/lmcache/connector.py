@@ -11,6 +11,8 @@ MemoryObj LMCache allocated (`recv_into`, no copy), LMCache's RemoteMetadata (fm
 stored with each object so any reader can allocate the right shape. A miss or any failure is
 `None`/False to LMCache, never an exception: the cache must not break serving. Connections
 reconnect by themselves after a worker restart (LMCache never rebuilds a broken connector).
+Lookups count as hits and misses of way `plugin` in this process (plugin_metrics.py); a get for
+which LMCache has no L1 memory is not a lookup.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from lmcache.v1.storage_backend.connector import ConnectorAdapter, ConnectorCont
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
 from curvine_py.core.errors import CurvineError
+from curvine_py.lmcache.plugin_metrics import plugin_access, prefix_lookup
 from curvine_py.lmcache.settings import client_from, parallelism
 
 log = logging.getLogger(__name__)
@@ -63,6 +66,7 @@ class CurvineConnector(RemoteConnector):  # type: ignore[misc]
         self._client = client_from(params)
         self._kv = self._client.kv
         self._pool = ThreadPoolExecutor(max_workers=parallelism(params), thread_name_prefix="curvine-lmcache")
+        self._metrics = plugin_access()
         log.info("curvine connector %s -> master %s", plugin_name, self._client.config.master)
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
@@ -74,10 +78,12 @@ class CurvineConnector(RemoteConnector):  # type: ignore[misc]
 
     def exists_sync(self, key: CacheEngineKey) -> bool:
         try:
-            return self._kv.exists(key.to_string())
+            found = self._kv.exists(key.to_string())
         except Exception as exc:  # noqa: BLE001 - the cache must never break serving: a miss
             _log_failure("exists", key, exc)
-            return False
+            found = False
+        self._metrics.lookup("plugin", found)
+        return found
 
     async def get(self, key: CacheEngineKey) -> MemoryObj | None:
         return await self._run(self._get_sync, key)
@@ -115,6 +121,9 @@ class CurvineConnector(RemoteConnector):  # type: ignore[misc]
     def _received(self, memory_obj: MemoryObj, target: memoryview,
                   found: tuple[memoryview, bytes] | None) -> MemoryObj | None:
         """The memory object for what a get received into `target` (its own), None on a miss."""
+        self._metrics.lookup("plugin", found is not None)
+        if found is not None:
+            self._metrics.bytes_in("plugin", len(found[0]))
         if found is None:
             memory_obj.ref_count_down()
             return None
@@ -146,6 +155,8 @@ class CurvineConnector(RemoteConnector):  # type: ignore[misc]
             self._kv.put(key.to_string(), buffer, user_meta=meta)
         except Exception as exc:  # noqa: BLE001 - a failed put leaves the key a miss
             _log_failure("put", key, exc)
+            return
+        self._metrics.bytes_out("plugin", len(buffer))
 
     def remove_sync(self, key: CacheEngineKey) -> bool:
         try:
@@ -191,10 +202,12 @@ class CurvineConnector(RemoteConnector):  # type: ignore[misc]
 
     def batched_contains(self, keys: builtins.list[CacheEngineKey]) -> int:
         try:
-            return self._kv.exists_prefix([k.to_string() for k in keys])
+            hits = self._kv.exists_prefix([k.to_string() for k in keys])
         except Exception as exc:  # noqa: BLE001 - the cache must never break serving: a miss
             _log_failure("batched contains", keys[0] if keys else None, exc)
-            return 0
+            hits = 0
+        prefix_lookup(self._metrics, hits, len(keys))
+        return hits
 
     def support_batched_async_contains(self) -> bool:
         return True

@@ -14,6 +14,8 @@ with one batch in flight, a serial loop left the other connections idle: `lmcach
 stored 32 MiB values at a third of the speed); whichever key finishes last posts the batch's
 completion. A get batch is one batched get of the client (KVClient.get_many: pipelined per owner,
 owners at once). A key that fails is False in the per-key results, never an exception into LMCache.
+
+Each key looked up counts as a hit or a miss of way `plugin` (plugin_metrics.py), in this process.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from curvine_py.core.errors import CurvineError
+from curvine_py.lmcache.plugin_metrics import plugin_access, prefix_lookup
 from curvine_py.lmcache.settings import client_from, parallelism
 
 log = logging.getLogger(__name__)
@@ -42,6 +45,7 @@ class CurvineNativeConnector:
         self._done: list[Completion] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        self._metrics = plugin_access()
 
     def event_fd(self) -> int:
         return self._event_fd
@@ -109,9 +113,18 @@ class CurvineNativeConnector:
                 got = self._kv.get_many(keys, targets)
             except Exception as exc:   # noqa: BLE001 - one bad key must not fail the others: one by one
                 log.warning("batched get of %d keys failed (%r): getting them one by one", len(keys), exc)
-                return [self._get_one(key, target) for key, target in zip(keys, targets, strict=True)]
-            return [data is not None and len(data) == len(target) for data, target in zip(got, targets, strict=True)]
+                return self._counted([self._get_one(key, target) for key, target in zip(keys, targets, strict=True)],
+                                     targets)
+            return self._counted([data is not None and len(data) == len(target)
+                                  for data, target in zip(got, targets, strict=True)], targets)
         return self._submit(work)
+
+    def _counted(self, hits: list[bool], targets: list[memoryview]) -> list[bool]:
+        for hit, target in zip(hits, targets, strict=True):
+            self._metrics.lookup("plugin", hit)
+            if hit:
+                self._metrics.bytes_in("plugin", len(target))
+        return hits
 
     def _get_one(self, key: str, target: memoryview) -> bool:
         try:
@@ -125,6 +138,7 @@ class CurvineNativeConnector:
     def submit_batch_set(self, keys: list[str], buffers: list[memoryview]) -> int:
         def put(key: str, data: memoryview) -> bool:
             self._kv.put(key, data)
+            self._metrics.bytes_out("plugin", len(data))
             return True
         return self._submit_each(keys, buffers, put, "put")
 
@@ -133,6 +147,7 @@ class CurvineNativeConnector:
             # LMCache loads the hit prefix of a lookup; keys after the first miss are reported
             # missing (one batched EXISTS per owner instead of a round trip per key).
             hits = self._kv.exists_prefix(keys, pin=True)
+            prefix_lookup(self._metrics, hits, len(keys))
             return [i < hits for i in range(len(keys))]
         return self._submit(work)
 

@@ -2,21 +2,25 @@
 parser: KV lookups (way `kv`) and lm:// lookups (way `lm`) as hits and misses, payload bytes in and
 out, operation durations per op, evictions by reason, open connections per listener, errors by
 errno name; and the KV hits and misses the heartbeat carries into the master's report (the status
-page's hit rate, `report --json`). One worker, so every key is owned by it and each count is exact; the test client's node
+page's hit rate, `report --json`); the native LMCache plugin's lookups as way `plugin` in the
+process it runs in (here: the test's). One worker, so every key is owned by it and each count is exact; the test client's node
 differs from the worker's, so it reads over TCP (bytes sent) rather than by short-circuit."""
 from __future__ import annotations
 
 import json
 import pathlib
+import select
 import socket
 import time
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from curvine_py.core import frames, lmproto
+from curvine_py.lmcache.native import Completion, CurvineNativeConnector
 from curvine_py.observe.statusview import status_view
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 from curvine_py.proto.curvine.v1.master_pb2 import WorkerInfo
@@ -165,3 +169,48 @@ def test_hits_and_misses_reach_the_master_report_and_report_json(cluster: Cluste
     assert as_json.returncode == 0, as_json.stderr.decode()
     [worker] = json.loads(as_json.stdout)["workers"]
     assert (int(worker["hits"]), int(worker["misses"])) == (hits, misses)
+
+
+def finished(conn: CurvineNativeConnector, future_id: int) -> Completion:
+    """Polls the connector's eventfd as LMCache's demux thread does, until `future_id` completes."""
+    poller = select.poll()
+    poller.register(conn.event_fd(), select.POLLIN)
+    while True:
+        assert poller.poll(10_000), f"no completion for {future_id}"
+        for done in conn.drain_completions():
+            if done[0] == future_id:
+                return done
+
+
+def test_the_native_plugin_counts_its_lookups_as_way_plugin_in_its_own_process(cluster: Cluster) -> None:
+    def plugin_samples() -> Samples:
+        samples: Samples = {}
+        for family in text_string_to_metric_families(generate_latest(REGISTRY).decode()):
+            for sample in family.samples:
+                if sample.labels.get("way") == "plugin":
+                    samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return samples
+
+    metrics, _ = endpoints(cluster)
+    worker_before, before = scrape(metrics), plugin_samples()
+    conn = CurvineNativeConnector(master=cluster.master_address, token=TOKEN, node="engine-node")
+    try:
+        keys = ["metrics-key-plugin-0", "metrics-key-plugin-1"]
+        data = [memoryview(bytearray(random_bytes(4 * KiB, seed=i))) for i in range(2)]
+        assert finished(conn, conn.submit_batch_set(keys, data))[3] == [True, True]
+        out = [memoryview(bytearray(4 * KiB)) for _ in range(3)]
+        got = finished(conn, conn.submit_batch_get([keys[0], "metrics-key-plugin-absent", keys[1]], out))
+        assert got[3] == [True, False, True]
+        found = finished(conn, conn.submit_batch_exists([*keys, "metrics-key-plugin-absent", keys[0]]))
+        assert found[3] == [True, True, False, False]
+    finally:
+        conn.close()
+    after = plugin_samples()
+    assert moved(before, after, "curvine_cache_hits_total", way="plugin") == 2 + 2     # two gets, a prefix of 2
+    assert moved(before, after, "curvine_cache_misses_total", way="plugin") == 1 + 1   # a get, the prefix's end
+    assert moved(before, after, "curvine_received_bytes_total", way="plugin") == 2 * 4 * KiB
+    assert moved(before, after, "curvine_sent_bytes_total", way="plugin") == 2 * 4 * KiB
+    # The worker answered the same lookups on its data plane (way kv); way plugin is not its to count.
+    worker_after = scrape(metrics)
+    assert moved(worker_before, worker_after, "curvine_cache_hits_total", way="kv") == 4
+    assert value(worker_after, "curvine_cache_hits_total", way="plugin") == 0
