@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import posixpath
 import sys
 import time
 
-from curvine_py.cli.common import add_client_options, client_from, human_bytes, run_tool
+from curvine_py.cli.common import add_client_options, client_from, human_bytes, run_tool, transfer_progress
 from curvine_py.client import CurvineClient, FileStatus
 from curvine_py.config import parse_size
 from curvine_py.core.errors import InvalidArgument
@@ -30,6 +32,7 @@ def parser() -> argparse.ArgumentParser:
     put = sub.add_parser("put", help="upload a local file")
     put.add_argument("local")
     put.add_argument("path")
+    put.add_argument("-p", "--parents", action="store_true", help="create the missing parent directories")
     get = sub.add_parser("get", help="download to a local file")
     get.add_argument("path")
     get.add_argument("local")
@@ -101,6 +104,30 @@ def _policy(client: CurvineClient, args: argparse.Namespace) -> None:
           f"block_size={p.block_size or 'default'} placement={p.placement or 'hash'} (defined at {current.path})")
 
 
+def _put(client: CurvineClient, args: argparse.Namespace) -> int:
+    """As `cp` and `hdfs dfs -put`: a missing parent directory is an error that says so (and how
+    to have it made), unless -p makes it; an unreadable local file is an error before any RPC."""
+    try:
+        size = os.stat(args.local).st_size
+    except OSError as exc:
+        print(f"curvine-py fs: put: cannot read {args.local}: {exc.strerror}", file=sys.stderr)
+        return 1
+    if os.path.isdir(args.local):
+        print(f"curvine-py fs: put: {args.local} is a directory (put copies one file)", file=sys.stderr)
+        return 1
+    parent = posixpath.dirname(posixpath.normpath("/" + args.path.lstrip("/")))
+    if args.parents:
+        client.fs.mkdir(parent, parents=True)
+    elif not client.fs.exists(parent):
+        print(f"curvine-py fs: put: directory {parent} does not exist (ENOENT); "
+              f"use put -p to create it", file=sys.stderr)
+        return 1
+    with transfer_progress(f"put {os.path.basename(args.local)}", size) as advance:
+        status = client.fs.put(args.local, args.path, progress=advance)
+    print(f"{status.size} bytes -> {args.path}")
+    return 0
+
+
 def execute(client: CurvineClient, args: argparse.Namespace) -> int:
     fs = client.fs
     match args.command:
@@ -110,9 +137,11 @@ def execute(client: CurvineClient, args: argparse.Namespace) -> int:
         case "mkdir":
             fs.mkdir(args.path, parents=args.parents)
         case "put":
-            print(f"{fs.put(args.local, args.path).size} bytes -> {args.path}")
+            return _put(client, args)
         case "get":
-            print(f"{fs.get(args.path, args.local)} bytes -> {args.local}")
+            with transfer_progress(f"get {args.path}", fs.stat(args.path).size) as advance:
+                moved = fs.get(args.path, args.local, progress=advance)
+            print(f"{moved} bytes -> {args.local}")
         case "cat":
             with fs.open(args.path) as handle:
                 out = sys.stdout.buffer

@@ -8,9 +8,8 @@ import contextlib
 import os
 import posixpath
 import secrets
-import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from curvine_py.client.files import BlockStore, CurvineFile
 from curvine_py.client.master import MasterClient
@@ -125,9 +124,10 @@ class FileSystem:
             handle.seek(0, os.SEEK_END)
         return handle
 
-    def put(self, local_path: str, path: str) -> FileStatus:
+    def put(self, local_path: str, path: str, progress: Callable[[int], None] | None = None) -> FileStatus:
         """Uploads into a hidden temporary name beside `path`, renamed over it once every byte is
-        committed: a failed put leaves nothing visible and an existing file as it was."""
+        committed: a failed put leaves nothing visible and an existing file as it was.
+        `progress(n)` is called after each `n` bytes written (the CLI's progress bar)."""
         parent, name = self._parent(path)
         temporary = f".{name}.put-{secrets.token_hex(6)}"
         with open(local_path, "rb") as source:
@@ -135,7 +135,10 @@ class FileSystem:
                                                        mode=0o644, exclusive=True))
             try:
                 with CurvineFile(self._blocks, attr, node=self._node, writable=True) as target:
-                    shutil.copyfileobj(source, target, COPY_CHUNK)
+                    while chunk := source.read(COPY_CHUNK):
+                        target.write(chunk)
+                        if progress is not None:
+                            progress(len(chunk))
                 self.master.rename(parent, temporary, parent, name)
             except BaseException:
                 with contextlib.suppress(CurvineError):
@@ -143,9 +146,9 @@ class FileSystem:
                 raise
         return self.stat(path)
 
-    def get(self, path: str, local_path: str) -> int:
+    def get(self, path: str, local_path: str, progress: Callable[[int], None] | None = None) -> int:
         """Downloads into a temporary file beside `local_path`, renamed over it on success: a
-        failed get leaves no partial output."""
+        failed get leaves no partial output. `progress(n)` is called after each `n` bytes read."""
         directory = os.path.dirname(os.path.abspath(local_path))
         fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(local_path)}.", dir=directory)
         try:
@@ -155,6 +158,8 @@ class FileSystem:
                 while n := source.readinto(buffer):
                     target.write(buffer[:n])
                     total += n
+                    if progress is not None:
+                        progress(n)
             os.chmod(temporary, 0o666 & ~_umask())
             os.replace(temporary, local_path)
             return total
