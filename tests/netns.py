@@ -23,6 +23,7 @@ bridge. Needs root (CAP_NET_ADMIN) and iproute2.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import os
 import secrets
@@ -37,6 +38,7 @@ import pytest
 
 IP = shutil.which("ip") or "/usr/sbin/ip"
 SUBNET_BASE = "10.77"
+SUBNET_LOCK = "/tmp/curvine-netns-subnets.lock"   # shared by every test process of this machine
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -118,6 +120,16 @@ def _used_subnets() -> set[str]:
     return used
 
 
+@contextlib.contextmanager
+def _subnet_lock() -> Iterator[None]:
+    with open(SUBNET_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _pick_subnet() -> ipaddress.IPv4Network:
     used = _used_subnets()
     for third in range(256):
@@ -146,17 +158,20 @@ def network_namespaces(count: int, *, subnet: str | None = None) -> Iterator[Net
     ok, reason = netns_supported()
     if not ok:
         raise RuntimeError(reason)
-    net = ipaddress.IPv4Network(subnet) if subnet else _pick_subnet()
-    hosts = list(net.hosts())
-    if len(hosts) < count + 1:
-        raise ValueError(f"subnet {net} too small for {count} namespaces")
     token = secrets.token_hex(3)  # interface names stay <= 15 chars: "cv" + 6 + "r" + digits
     bridge = f"cv{token}br"
-    root_address = str(hosts[0])
     with contextlib.ExitStack() as cleanup:
-        _ip("link", "add", "name", bridge, "type", "bridge")
-        cleanup.callback(_ip, "link", "del", bridge, check=False)
-        _ip("addr", "add", f"{root_address}/{net.prefixlen}", "dev", bridge)
+        # Tests run in parallel (pytest-xdist): choosing a free subnet and taking it (the bridge's
+        # address) happen under one lock, so two labs never pick the same one.
+        with _subnet_lock():
+            net = ipaddress.IPv4Network(subnet) if subnet else _pick_subnet()
+            hosts = list(net.hosts())
+            if len(hosts) < count + 1:
+                raise ValueError(f"subnet {net} too small for {count} namespaces")
+            root_address = str(hosts[0])
+            _ip("link", "add", "name", bridge, "type", "bridge")
+            cleanup.callback(_ip, "link", "del", bridge, check=False)
+            _ip("addr", "add", f"{root_address}/{net.prefixlen}", "dev", bridge)
         _ip("link", "set", bridge, "up")
         spaces = []
         for i in range(count):
