@@ -11,10 +11,12 @@ needs a token (or `--insecure` in the role args).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
+import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Self
 
 from curvine_py.client import CurvineClient
@@ -153,3 +155,22 @@ def random_bytes(size: int, seed: int = 0) -> bytes:
     """Deterministic incompressible bytes (fast: os.urandom would do, but a seed makes failures repeatable)."""
     import random
     return random.Random(seed).randbytes(size) if size < (64 << 20) else os.urandom(size)
+
+
+@contextlib.contextmanager
+def small_disk_cluster(root: pathlib.Path) -> Iterator[Cluster]:
+    """One worker whose data dir is a 10 MiB tmpfs that claims 1 GiB of capacity, and a `durable`
+    directory /durable with 4 MiB blocks: the worker finds out the disk is full only when a write
+    fails (issue 11's repro of a failed multi-block write)."""
+    from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+    mount_point = root / "worker0"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=10m", "tmpfs", str(mount_point)], check=True)
+    try:
+        with Cluster(root, workers=1, capacity="1GiB") as cluster:
+            client = cluster.client()
+            client.fs.mkdir("/durable")
+            client.fs.set_policy("/durable", cpb.Policy(storage_class=cpb.DURABLE, block_size=4 * (1 << 20)))
+            yield cluster
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)

@@ -123,7 +123,7 @@ class WorkerConnection:
         CurvineError; one saying the worker lacks resources raises Busy."""
         request_id = next(self._ids) & frames.MAX_REQUEST_ID
         where = f"worker {self.address[0]}:{self.address[1]}"
-        try:
+        with self._transport_errors(where, op, restore_timeout=deadline is not None):
             self._wait_at_most(deadline, op)
             self._send(op, request_id, header, payload)
             self._wait_at_most(deadline, op)
@@ -133,18 +133,6 @@ class WorkerConnection:
                 raise ProtocolError(f"reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
             self._wait_at_most(deadline, op)
             data, chunk_digests = self._receive_payload(prefix.payload_length, out, digest)
-        except TimeoutError:
-            self.close()
-            raise Timeout(f"{where} did not answer {op.name} in time") from None
-        except OSError as exc:
-            self.close()
-            raise Unavailable(f"{where}: {exc.strerror or exc}", errno=exc.errno or None) from None
-        except (Unavailable, ProtocolError, Timeout):
-            self.close()
-            raise
-        finally:
-            if deadline is not None and self._sock.fileno() >= 0:
-                self._sock.settimeout(self._timeout_s)
         answer = self._answer(where, reply, data, chunk_digests)
         if isinstance(answer, CurvineError):
             raise answer
@@ -167,8 +155,7 @@ class WorkerConnection:
         ids = [next(self._ids) & frames.MAX_REQUEST_ID for _ in headers]
         results: list[Reply | CurvineError] = []
         sent = 0
-        deadline = None
-        try:
+        with self._transport_errors(where, op, restore_timeout=each_s is not None):
             for index, request_id in enumerate(ids):
                 deadline = None if each_s is None else time.monotonic() + each_s
                 self._wait_at_most(deadline, op)
@@ -187,6 +174,15 @@ class WorkerConnection:
                     results.append(exc)
                     continue
                 results.append(self._answer(where, reply, data, chunk_digests))
+        return results
+
+    @contextlib.contextmanager
+    def _transport_errors(self, where: str, op: frames.Op, *, restore_timeout: bool) -> Iterator[None]:
+        """Maps a transport failure to its CurvineError (Timeout, Unavailable); after any of them,
+        and a protocol error, the connection is closed (its stream position is lost). With
+        `restore_timeout`, the socket gets its bulk timeout back (a deadline shortened it)."""
+        try:
+            yield
         except TimeoutError:
             self.close()
             raise Timeout(f"{where} did not answer {op.name} in time") from None
@@ -197,9 +193,8 @@ class WorkerConnection:
             self.close()
             raise
         finally:
-            if deadline is not None and self._sock.fileno() >= 0:
+            if restore_timeout and self._sock.fileno() >= 0:
                 self._sock.settimeout(self._timeout_s)
-        return results
 
     @staticmethod
     def _answer(where: str, reply: DataHeader, data: memoryview | None,

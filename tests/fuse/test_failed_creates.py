@@ -8,7 +8,6 @@ import errno
 import os
 import pathlib
 import stat
-import subprocess
 import tempfile
 from collections.abc import Iterator
 
@@ -16,27 +15,17 @@ import pyfuse3
 import pytest
 
 from curvine_py.fuse.operations import Operations
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from tests.fuse.middle import ROOT_CTX, Rig, fuse_error
 from tests.fuse.mounts import Mount
-from tests.harness import Cluster, random_bytes
+from tests.harness import Cluster, random_bytes, small_disk_cluster
 
 MiB = 1 << 20
 
 
 @pytest.fixture
 def small_disk(tmp_path: pathlib.Path) -> Iterator[Cluster]:
-    mount_point = tmp_path / "worker0"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=10m", "tmpfs", str(mount_point)], check=True)
-    try:
-        with Cluster(tmp_path, workers=1, capacity="1GiB") as cluster:
-            client = cluster.client()
-            client.fs.mkdir("/durable")
-            client.fs.set_policy("/durable", cpb.Policy(storage_class=cpb.DURABLE, block_size=4 * MiB))
-            yield cluster
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+    with small_disk_cluster(tmp_path) as cluster:
+        yield cluster
 
 
 def test_failed_first_commit_removes_the_created_name(small_disk: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import pathlib
-import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from curvine_py.client import CurvineClient
 from curvine_py.core.errors import CurvineError, NoSpace, NotFound
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from tests.harness import Cluster, random_bytes
+from tests.harness import Cluster, random_bytes, small_disk_cluster
 from tests.integration.test_cli import cli
 
 MiB = 1 << 20
@@ -21,19 +20,8 @@ MiB = 1 << 20
 
 @pytest.fixture
 def small_disk(tmp_path: pathlib.Path) -> Iterator[Cluster]:
-    """One worker whose data dir is a 10 MiB tmpfs that claims 1 GiB of capacity (the issue's
-    repro): the worker finds out the disk is full only when a write fails."""
-    mount_point = tmp_path / "worker0"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=10m", "tmpfs", str(mount_point)], check=True)
-    try:
-        with Cluster(tmp_path, workers=1, capacity="1GiB") as cluster:
-            client = cluster.client()
-            client.fs.mkdir("/durable")
-            client.fs.set_policy("/durable", cpb.Policy(storage_class=cpb.DURABLE, block_size=4 * MiB))
-            yield cluster
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+    with small_disk_cluster(tmp_path) as cluster:
+        yield cluster
 
 
 def test_failed_put_leaves_nothing_visible(small_disk: Cluster, tmp_path: pathlib.Path) -> None:
