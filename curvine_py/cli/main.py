@@ -11,7 +11,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "master": ("curvine_py.master.main", "run the metadata service (gRPC)"),
     "worker": ("curvine_py.worker.main", "run a storage worker on this node"),
-    "up": ("curvine_py.cli.up", "embedded default: master + worker (+ mount) in one command"),
+    "up": ("curvine_py.cli.up", "embedded default: master + worker with lm:// + mount, and the LMCache settings, in one command"),
     "fs": ("curvine_py.cli.fs", "namespace tools: ls mkdir put get cat rm mv stat du df"),
     "kv": ("curvine_py.cli.kv", "KV objects: put get exists rm"),
     "report": ("curvine_py.cli.report", "cluster workers, capacity, usage, health"),
