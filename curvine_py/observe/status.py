@@ -23,6 +23,7 @@ from typing import ClassVar
 
 from curvine_py.client.master import MasterClient
 from curvine_py.core.errors import CurvineError, NotFound
+from curvine_py.core.posix import ROOT_INO
 from curvine_py.observe.httpserve import HttpService, serve
 from curvine_py.observe.statuspage import DEFAULT_REFRESH_S, render
 from curvine_py.observe.statusview import StatusView, status_view, unavailable_view
@@ -31,7 +32,6 @@ from curvine_py.proto.curvine.v1 import master_pb2 as mpb
 
 log = logging.getLogger(__name__)
 
-ROOT_INO = 1
 MAX_POLICY_DIRS = 64    # top-level directories asked for their policy per page load (one RPC each)
 
 StatusSource = Callable[[], StatusView]

@@ -150,13 +150,8 @@ class Database:
                 raise
             self._db.execute("RELEASE op")
             return
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._immediate():
             yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -164,6 +159,12 @@ class Database:
         reply to any of them before this block has exited without an exception."""
         if self._db.in_transaction:
             raise RuntimeError("batch() inside a transaction")
+        with self._immediate():
+            yield
+
+    @contextmanager
+    def _immediate(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE .. COMMIT, rolled back on any exception (a transaction or a batch)."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
