@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(fuse3 libfuse3-dev pkg-config gcc python3-dev iproute2 nftables redis-server fio psmisc
-              chromium chromium-driver)   # chromium: the status page's browser tests (tests/web)
+              chromium chromium-driver    # chromium: the status page's browser tests (tests/web)
+              postgresql)                 # the PostgreSQL metadata engine's tests (a throwaway cluster each)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
