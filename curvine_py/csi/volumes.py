@@ -77,28 +77,27 @@ def parse_parameters(raw: dict[str, str], default_base: str = DEFAULT_BASE_PATH)
     storage_class = raw.get("class", "cache")
     if storage_class not in CLASSES:
         raise invalid(f"class={storage_class!r}: expected one of {list(CLASSES)}")
-    replicas = 0
-    if "replicas" in raw:
-        try:
-            replicas = int(raw["replicas"])
-        except ValueError:
-            raise invalid(f"replicas={raw['replicas']!r} is not a number") from None
-        if not 1 <= replicas <= MAX_REPLICAS:
-            raise invalid(f"replicas={replicas}: expected 1..{MAX_REPLICAS}")
+    replicas = _int_parameter(raw, "replicas", 1, MAX_REPLICAS, f"expected 1..{MAX_REPLICAS}")
     ttl_ms = parse_duration_ms(raw["ttl"]) if "ttl" in raw else 0
     base = normalize_path(raw.get("basePath", default_base))
     on_delete = raw.get("onDelete", "delete")
     if on_delete not in ON_DELETE:
         raise invalid(f"onDelete={on_delete!r}: expected one of {list(ON_DELETE)}")
-    max_inodes = 0
-    if "maxInodes" in raw:
-        try:
-            max_inodes = int(raw["maxInodes"])
-        except ValueError:
-            raise invalid(f"maxInodes={raw['maxInodes']!r} is not a number") from None
-        if max_inodes < 1:
-            raise invalid(f"maxInodes={max_inodes}: expected at least 1 (leave it out for no limit)")
+    max_inodes = _int_parameter(raw, "maxInodes", 1, None, "expected at least 1 (leave it out for no limit)")
     return Parameters(storage_class, replicas, ttl_ms, base, on_delete, max_inodes)
+
+
+def _int_parameter(raw: dict[str, str], name: str, low: int, high: int | None, expected: str) -> int:
+    """An integer parameter within [low, high] (no upper bound when None); 0 when absent."""
+    if name not in raw:
+        return 0
+    try:
+        value = int(raw[name])
+    except ValueError:
+        raise invalid(f"{name}={raw[name]!r} is not a number") from None
+    if value < low or (high is not None and value > high):
+        raise invalid(f"{name}={value}: {expected}")
+    return value
 
 
 def capacity_of(capacity: csi.CapacityRange | None, *, required_field: bool = False) -> int:

@@ -123,7 +123,9 @@ def test_fs_survives_worker_restarts(fs: FsLab) -> None:
         writer = a.result()
         b.release(1)
         reader = b.result()
-    assert [e["put_failed"] for e in entries(writer, "flush")] == [0, 0]
+    flushes = entries(writer, "flush")
+    assert [e["put_failed"] for e in flushes] == [0, 0], (
+        [e["put_errors"] for e in flushes], "\n--- mount 0 ---\n" + fs.mounts[0].log[-6000:])
     lookups, retrieves = entries(reader, "lookup"), entries(reader, "retrieve")
     assert [e["hit_tokens"] for e in lookups] == [TOKENS] * 3
     for retrieve in retrieves:
