@@ -30,7 +30,7 @@ from lmcache.v1.protocol import RemoteMetadata
 from lmcache.v1.storage_backend.connector import ConnectorAdapter, ConnectorContext
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
-from curvine_py.core.errors import CurvineError
+from curvine_py.core.errors import CurvineError, NotFound
 from curvine_py.lmcache.plugin_metrics import plugin_access, prefix_lookup
 from curvine_py.lmcache.settings import client_from, parallelism
 
@@ -47,10 +47,13 @@ def plugin_params(config: Any, plugin_name: str) -> dict[str, Any]:
 
 
 def _log_failure(what: str, key: CacheEngineKey | None, exc: Exception) -> None:
-    """Expected failures (worker down, timeout) as one warning line; anything else is a bug in
-    curvine_py and gets its traceback, but still becomes a miss for LMCache."""
+    """A name that is not there (NotFound) is a miss, logged at debug; expected failures (worker
+    down, timeout) as one warning line; anything else is a bug in curvine_py and gets its
+    traceback, but still becomes a miss for LMCache."""
     name = key.to_string() if key is not None else "-"
-    if isinstance(exc, CurvineError):
+    if isinstance(exc, NotFound):
+        log.debug("%s %s: a miss (%s)", what, name, exc)
+    elif isinstance(exc, CurvineError):
         log.warning("%s %s failed: %s", what, name, exc)
     else:
         log.exception("%s %s failed unexpectedly", what, name)

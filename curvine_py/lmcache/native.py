@@ -27,7 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from curvine_py.core.errors import CurvineError
+from curvine_py.core.errors import CurvineError, NotFound
 from curvine_py.lmcache.plugin_metrics import plugin_access, prefix_lookup
 from curvine_py.lmcache.settings import client_from, parallelism
 
@@ -88,6 +88,8 @@ class CurvineNativeConnector:
         def run(index: int) -> None:
             try:
                 results[index] = one(keys[index], memoryview(buffers[index]).cast("B"))
+            except NotFound:   # a miss, not a failure
+                log.debug("%s %s: a miss", what, keys[index])
             except CurvineError as exc:
                 log.warning("%s %s failed: %s", what, keys[index], exc)
             except Exception:  # a bug must still complete the future, or LMCache waits forever
@@ -129,6 +131,8 @@ class CurvineNativeConnector:
     def _get_one(self, key: str, target: memoryview) -> bool:
         try:
             return self._kv.get_into(key, target) == len(target)
+        except NotFound:   # a miss, not a failure
+            log.debug("get %s: a miss", key)
         except CurvineError as exc:
             log.warning("get %s failed: %s", key, exc)
         except Exception:  # a bug must still complete the future, or LMCache waits forever
