@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Iterator
@@ -24,11 +25,14 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     add_tls_options(parser)
 
 
-def client_from(args: argparse.Namespace) -> CurvineClient:
+def client_from(args: argparse.Namespace, *, parallel: int = 0) -> CurvineClient:
+    """`parallel`: requests the tool keeps in flight at once (a connection per worker for each)."""
     config = load(ClientConfig, section="client", toml_path=args.config,
                   flags={"master": args.master, "token": args.token, "token_file": args.token_file,
                          "rpc_timeout_s": args.timeout, "tls_cert": args.tls_cert, "tls_key": args.tls_key,
                          "tls_ca": args.tls_ca})
+    if parallel > config.connections_per_worker:
+        config = dataclasses.replace(config, connections_per_worker=parallel)
     return CurvineClient(config=config)
 
 

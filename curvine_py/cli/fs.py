@@ -8,7 +8,9 @@ import posixpath
 import sys
 import time
 
+from curvine_py.cli import fstree as tree
 from curvine_py.cli.common import add_client_options, client_from, human_bytes, run_tool, transfer_progress
+from curvine_py.cli.transfer import default_jobs
 from curvine_py.client import CurvineClient, FileStatus
 from curvine_py.config import parse_size
 from curvine_py.core.errors import InvalidArgument
@@ -29,13 +31,17 @@ def parser() -> argparse.ArgumentParser:
     mk = sub.add_parser("mkdir")
     mk.add_argument("path")
     mk.add_argument("-p", "--parents", action="store_true")
-    put = sub.add_parser("put", help="upload a local file")
+    put = sub.add_parser("put", help="upload a local file (-r: a directory)")
     put.add_argument("local")
     put.add_argument("path")
     put.add_argument("-p", "--parents", action="store_true", help="create the missing parent directories")
-    get = sub.add_parser("get", help="download to a local file")
+    get = sub.add_parser("get", help="download to a local file (-r: a directory)")
     get.add_argument("path")
     get.add_argument("local")
+    for command in (put, get):
+        command.add_argument("-r", "--recursive", action="store_true",
+                             help="copy a directory and everything below it (as cp -r)")
+        command.add_argument("-j", "--jobs", type=int, help="with -r: files copied at once (default: twice the cores, 2 to 8)")
     sub.add_parser("cat").add_argument("path")
     rm = sub.add_parser("rm")
     rm.add_argument("path")
@@ -113,7 +119,10 @@ def _put(client: CurvineClient, args: argparse.Namespace) -> int:
         print(f"curvine-py fs: put: cannot read {args.local}: {exc.strerror}", file=sys.stderr)
         return 1
     if os.path.isdir(args.local):
-        print(f"curvine-py fs: put: {args.local} is a directory (put copies one file)", file=sys.stderr)
+        if args.recursive:
+            return tree.put_tree(client, args)
+        print(f"curvine-py fs: put: {args.local} is a directory (put copies one file; put -r copies a directory)",
+              file=sys.stderr)
         return 1
     parent = posixpath.dirname(posixpath.normpath("/" + args.path.lstrip("/")))
     if args.parents:
@@ -138,6 +147,12 @@ def execute(client: CurvineClient, args: argparse.Namespace) -> int:
             fs.mkdir(args.path, parents=args.parents)
         case "put":
             return _put(client, args)
+        case "get" if args.recursive and fs.stat(args.path).is_dir:
+            return tree.get_tree(client, args)
+        case "get" if fs.stat(args.path).is_dir:
+            print(f"curvine-py fs: get: {args.path} is a directory (get copies one file; get -r copies a directory)",
+                  file=sys.stderr)
+            return 1
         case "get":
             with transfer_progress(f"get {args.path}", fs.stat(args.path).size) as advance:
                 moved = fs.get(args.path, args.local, progress=advance)
@@ -183,7 +198,9 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
 
     def body() -> int:
-        with client_from(args) as client:
+        # A tree copy keeps --jobs requests in flight: a connection per worker for each.
+        jobs = (args.jobs or default_jobs()) if args.command in ("put", "get") and args.recursive else 0
+        with client_from(args, parallel=jobs) as client:
             return execute(client, args)
 
     return run_tool("fs", body)

@@ -5,6 +5,7 @@ Paths are absolute within the cluster namespace; `..` never climbs above `/`.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import posixpath
 import secrets
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 from curvine_py.client.files import BlockStore, CurvineFile
 from curvine_py.client.master import MasterClient
 from curvine_py.client.types import DiskUsage, FileStatus, Quota
+from curvine_py.core import layout
 from curvine_py.core.errors import AlreadyExists, CurvineError, InvalidArgument, IsADirectory, NotFound
 from curvine_py.core.keys import split_path
 from curvine_py.core.posix import ROOT_INO
@@ -34,6 +36,21 @@ def _umask() -> int:
 
 def normalize(path: str) -> str:
     return "/" + "/".join(split_path(path))
+
+
+def _local_checksum(source: io.BufferedIOBase, length: int, buffer: memoryview) -> int:
+    """The block checksum (layout.object_checksum) of the next `length` bytes of `source`, read
+    one chunk at a time: 0 if the file ends first (no stored block has checksum 0)."""
+    digests = []
+    left = length
+    while left:
+        piece = buffer[:min(left, layout.CHUNK_SIZE)]
+        got = source.readinto(piece)
+        if got != len(piece):
+            return 0
+        digests.append(layout.checksum(piece))
+        left -= got
+    return layout.combine(digests)
 
 
 class FileSystem:
@@ -167,6 +184,34 @@ class FileSystem:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise
+
+    def same_content(self, local_path: str, path: str) -> bool:
+        """Whether regular file `path` holds exactly the bytes of local file `local_path`, found
+        without reading `path` from any worker: the master keeps each block's xxh3 checksum (over
+        the block's 1 MiB chunk digests, computed by the writer, core/layout.py), so the local file
+        is hashed the same way block by block (one read of it, at memory speed) and compared.
+        Anything not known to match is False: another size or type, a block map with a hole or
+        that does not cover the size, a block without a checksum (0: shortened by a truncate) or
+        without a live location."""
+        try:
+            attr = self.master.resolve(normalize(path), follow_symlinks=False)
+        except NotFound:
+            return False
+        with open(local_path, "rb") as source:
+            if attr.type != cpb.REGULAR or attr.size != os.fstat(source.fileno()).st_size:
+                return False
+            blocks = sorted(self.master.get_blocks(attr.ino).blocks, key=lambda b: b.index)
+            if [b.index for b in blocks] != list(range(len(blocks))) or sum(b.length for b in blocks) != attr.size:
+                return False
+            if any(b.length != blocks[0].length for b in blocks[:-1]):
+                return False   # offsets are index * block size: every block but the last is full
+            buffer = memoryview(bytearray(layout.CHUNK_SIZE))
+            for block in blocks:
+                if not block.checksum or not block.worker_ids:
+                    return False
+                if _local_checksum(source, block.length, buffer) != block.checksum:
+                    return False
+        return True
 
     def walk(self, path: str) -> Iterator[FileStatus]:
         for entry in self.ls(path):
