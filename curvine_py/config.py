@@ -254,6 +254,50 @@ def split_address(address: str, default_port: int) -> tuple[str, int]:
         raise InvalidArgument(f"bad address {address!r}, expected HOST:PORT") from None
 
 
+def parse_master_list(text: str, default_port: int = DEFAULT_MASTER_PORT) -> tuple[str, ...]:
+    """'a:8995,b:8995' (--master, CURVINE_MASTER) -> ('a:8995', 'b:8995'), each HOST:PORT with the
+    default port filled in; one address is a list of one. Leading and trailing spaces of an entry are
+    dropped. Empty entries, bad ports and an address given twice are errors that name the entry."""
+    entries = [entry.strip() for entry in text.split(",")]
+    if not text.strip():
+        raise InvalidArgument("no master address given: expected HOST:PORT[,HOST:PORT...]")
+    addresses: list[str] = []
+    for index, entry in enumerate(entries, 1):
+        if not entry:
+            raise InvalidArgument(f"master list {text!r}: entry {index} is empty "
+                                  "(expected HOST:PORT[,HOST:PORT...])")
+        addresses.append(normalize_address(entry, default_port, what="master address"))
+    seen: set[str] = set()
+    for address in addresses:
+        if address in seen:
+            raise InvalidArgument(f"master list {text!r}: {address} is given twice")
+        seen.add(address)
+    return tuple(addresses)
+
+
+def normalize_address(entry: str, default_port: int, *, what: str = "address") -> str:
+    """'host[:port]' or '[v6][:port]' -> 'host:port' ('[v6]:port'), the port checked (1-65535)."""
+    if entry.startswith("["):
+        host, closed, rest = entry[1:].partition("]")
+        if not closed or (rest and not rest.startswith(":")):
+            raise InvalidArgument(f"bad {what} {entry!r}, expected [ADDRESS]:PORT")
+        port_text = rest[1:] if rest else None
+    elif entry.count(":") > 1:
+        raise InvalidArgument(f"bad {what} {entry!r}: write an IPv6 address as [ADDRESS]:PORT")
+    else:
+        host, colon, port_text_or_empty = entry.partition(":")
+        port_text = port_text_or_empty if colon else None
+    host = host or "127.0.0.1"        # ':PORT', as split_address reads it
+    port = default_port
+    if port_text is not None:
+        if not (port_text.isascii() and port_text.isdigit()):
+            raise InvalidArgument(f"bad {what} {entry!r}: the port must be a number, not {port_text!r}")
+        port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise InvalidArgument(f"bad {what} {entry!r}: port {port} is not in 1-65535")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def parse_data_dir(spec: str) -> tuple[str, int]:
     """'DIR[:CAPACITY]' with CAPACITY like 100GB, 512MiB or bytes; 0 = the filesystem's size."""
     path, sep, cap = spec.rpartition(":")

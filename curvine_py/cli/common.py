@@ -17,7 +17,8 @@ from curvine_py.rpc.tls import add_tls_options
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--master", help="HOST:PORT of the master (env CURVINE_MASTER)")
+    parser.add_argument("--master", help="HOST:PORT of the master, or a comma list of several masters "
+                                         "(the leader is found and followed); env CURVINE_MASTER")
     parser.add_argument("--token", help="shared-secret token (env CURVINE_TOKEN; visible in ps: prefer --token-file)")
     add_token_file_option(parser)
     parser.add_argument("--config", help="TOML config file ([client] section)")

@@ -3,6 +3,12 @@ gRPC failures turned into CurvineError (rpc/errors.py).
 
 The channel reconnects by itself; a call made while the master is down fails within its deadline
 with `Unavailable`/`Timeout`, and works again once the master is back (no client rebuild needed).
+
+Several masters (`a:8995,b:8995`): each call goes to the leader and follows the followers' hints
+within its own deadline (rpc/leader.py). What a caller sees: the call's answer; `Unavailable` when
+no master answered as the leader within the deadline (nothing was executed); and, as with one
+master, `Unavailable` when the connection to the leader broke during the call: that call may or
+may not have been executed (no request ids: it is not sent again), the next call finds the leader.
 """
 from __future__ import annotations
 
@@ -13,14 +19,15 @@ from typing import TypeAlias, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from curvine_py.config import DEFAULT_MASTER_PORT, split_address
+from curvine_py.config import DEFAULT_MASTER_PORT, parse_master_list
 from curvine_py.core.errors import CurvineError, from_errno
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.master_pb2_grpc import MasterStub
 from curvine_py.rpc.auth import call_metadata
-from curvine_py.rpc.channel import master_channel
+from curvine_py.rpc.channel import MasterChannel, master_channel
 from curvine_py.rpc.errors import from_rpc_error
+from curvine_py.rpc.leader import LeaderChannel
 from curvine_py.rpc.tls import TlsFiles
 
 log = logging.getLogger(__name__)
@@ -34,7 +41,7 @@ class _MasterRpcs:
     """The Master service's methods with their request and reply types (the generated stub is
     untyped): the one table that says which message each RPC takes and returns."""
 
-    def __init__(self, channel: grpc.Channel) -> None:
+    def __init__(self, channel: MasterChannel) -> None:
         stub = MasterStub(channel)  # type: ignore[no-untyped-call]
         self.lookup: Rpc[pb.LookupRequest, pb.AttrReply] = stub.Lookup
         self.get_attr: Rpc[pb.InodeRequest, pb.AttrReply] = stub.GetAttr
@@ -75,13 +82,18 @@ class MasterClient:
     fuse)."""
 
     def __init__(self, address: str, *, token: str = "", timeout_s: float = 5.0, tls: TlsFiles | None = None) -> None:
-        host, port = split_address(address, DEFAULT_MASTER_PORT)
-        self.address = f"{host}:{port}"
+        # HOST:PORT, or the comma list of several masters (InvalidArgument for a bad one)
+        self.address = ",".join(parse_master_list(address, DEFAULT_MASTER_PORT))
         self._channel = master_channel(self.address, tls)
         self._rpc = _MasterRpcs(self._channel)
         self.session = uuid.uuid4().hex    # names this client to the master (directory leases)
         self._metadata = call_metadata(token, self.session)
         self.timeout_s = timeout_s
+
+    @property
+    def leader(self) -> str:
+        """The master calls go to first: the leader last found, or the one address."""
+        return self._channel.leader if isinstance(self._channel, LeaderChannel) else self.address
 
     def close(self) -> None:
         self._channel.close()

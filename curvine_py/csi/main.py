@@ -1,5 +1,5 @@
 """`curvine-py csi --endpoint unix:///path/csi.sock --node-id ID [--controller] [--node]
---master HOST:PORT [--token-file F]`: the composition root of the CSI plugin.
+--master HOST:PORT[,HOST:PORT...] [--token-file F]`: the composition root of the CSI plugin.
 
 Prints one ready line `csi=<socket path>` once it serves. SIGTERM/SIGINT stop the server (exit 0);
 the FUSE mounts of staged volumes keep running and are adopted by the next plugin.
@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 
+from curvine_py.config import parse_master_list
 from curvine_py.core.errors import CurvineError, InvalidArgument
 from curvine_py.csi.catalog import DEFAULT_INDEX_DIR
 from curvine_py.csi.driver import Driver
@@ -31,7 +32,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--node-id", default=os.environ.get("NODE_ID", ""), help="this node's name (env NODE_ID)")
     p.add_argument("--controller", action="store_true", help="serve the Controller service")
     p.add_argument("--node", action="store_true", help="serve the Node service")
-    p.add_argument("--master", default=os.environ.get("CURVINE_MASTER", ""), help="HOST:PORT of the master")
+    p.add_argument("--master", default=os.environ.get("CURVINE_MASTER", ""),
+                   help="HOST:PORT of the master, or a comma list of several masters, passed on to every "
+                        "mount (env CURVINE_MASTER)")
     p.add_argument("--token-file", default="", help="file holding the cluster's shared secret")
     p.add_argument("--driver-name", default=DRIVER_NAME)
     p.add_argument("--base-path", default=DEFAULT_BASE_PATH,
@@ -57,6 +60,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         raise InvalidArgument("--node-id is required")
     if not args.master:
         raise InvalidArgument("--master HOST:PORT is required")
+    args.master = ",".join(parse_master_list(args.master))      # InvalidArgument for a bad list
     if args.recovery_interval <= 0:
         raise InvalidArgument("--recovery-interval must be > 0")
     if not (args.controller or args.node):

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from curvine_py.config import MountConfig, add_token_file_option, load
+from curvine_py.config import MountConfig, add_token_file_option, load, parse_master_list
 from curvine_py.core.errors import InvalidArgument
 from curvine_py.observe.httpserve import check_port
 from curvine_py.observe.roles import add_metrics_flag
@@ -88,7 +88,8 @@ def parser() -> argparse.ArgumentParser:
     defaults = MountConfig()
     p = argparse.ArgumentParser(prog="curvine-py mount", description="Mount the curvine namespace with FUSE.")
     p.add_argument("mountpoint")
-    p.add_argument("--master", help="HOST:PORT of the master (env CURVINE_MASTER)")
+    p.add_argument("--master", help="HOST:PORT of the master, or a comma list of several masters "
+                                    "(the leader is found and followed); env CURVINE_MASTER")
     p.add_argument("--subdir", help="mount this directory of the namespace (default /)")
     p.add_argument("--token", help="shared secret (env CURVINE_TOKEN; visible in ps: prefer --token-file)")
     add_token_file_option(p)
@@ -187,7 +188,7 @@ def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions
     if not cfg.master:
         raise InvalidArgument("--master HOST:PORT is required (or CURVINE_MASTER)")
     return MountOptions(
-        master=cfg.master, mountpoint=os.path.abspath(args.mountpoint), subdir="/" + cfg.subdir.strip("/"),
+        master=",".join(parse_master_list(cfg.master)), mountpoint=os.path.abspath(args.mountpoint), subdir="/" + cfg.subdir.strip("/"),
         token=cfg.token, node=cfg.node, fuse_options=frozenset(fuse_options),
         attr_timeout=cfg.attr_timeout, entry_timeout=cfg.entry_timeout, negative_timeout=cfg.negative_timeout,
         writeback_cache=cfg.writeback_cache, direct_io=cfg.direct_io, keep_cache=cfg.keep_cache,

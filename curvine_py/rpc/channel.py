@@ -1,10 +1,16 @@
 """The one way a process opens a gRPC channel to the master: message limits and reconnect settings
 in one place (a master restart must be noticed within about a second by clients, workers and
-mounts alike, instead of gRPC's default backoff of up to 120 s)."""
+mounts alike, instead of gRPC's default backoff of up to 120 s).
+
+`--master` may name several masters (`a:8995,b:8995`, config.parse_master_list): the channel is
+then a LeaderChannel (rpc/leader.py) that sends each call to the one that leads and follows the
+followers' hints. One address is a plain grpc.Channel, as it always was."""
 from __future__ import annotations
 
 import grpc
 
+from curvine_py.config import DEFAULT_MASTER_PORT, parse_master_list
+from curvine_py.rpc.leader import LeaderChannel
 from curvine_py.rpc.tls import TlsFiles, channel_credentials
 
 MAX_MESSAGE = 64 << 20
@@ -17,10 +23,22 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
 
+# What MasterStub is built on: it only calls `unary_unary`; its owners call `close`.
+MasterChannel = grpc.Channel | LeaderChannel
 
-def master_channel(address: str, tls: TlsFiles | None = None) -> grpc.Channel:
-    """A channel to the master at HOST:PORT; it reconnects by itself. With `tls` enabled (a CA or
+
+def one_channel(address: str, tls: TlsFiles | None = None) -> grpc.Channel:
+    """A channel to one master at HOST:PORT; it reconnects by itself. With `tls` enabled (a CA or
     a certificate given), over TLS (rpc/tls.py)."""
     if tls is not None and tls.enabled:
         return grpc.secure_channel(address, channel_credentials(tls), options=list(CHANNEL_OPTIONS))
     return grpc.insecure_channel(address, options=list(CHANNEL_OPTIONS))
+
+
+def master_channel(masters: str, tls: TlsFiles | None = None) -> MasterChannel:
+    """A channel to the master(s) named by `masters` (HOST:PORT[,HOST:PORT...]; InvalidArgument
+    for a bad list): a plain channel for one, a leader-following one for several."""
+    addresses = parse_master_list(masters, DEFAULT_MASTER_PORT)
+    if len(addresses) == 1:
+        return one_channel(addresses[0], tls)
+    return LeaderChannel(addresses, lambda address: one_channel(address, tls))

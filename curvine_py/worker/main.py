@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="curvine-py worker", description="Run a storage worker on this node.")
-    p.add_argument("--master", help="master address HOST:PORT")
+    p.add_argument("--master", help="HOST:PORT of the master, or a comma list of several masters "
+                                    "(the leader is found and followed); env CURVINE_MASTER")
     p.add_argument("--data-dir", dest="data_dirs", action="append", metavar="DIR[:CAPACITY]",
                    help="data directory, repeatable; CAPACITY like 100GiB (0 or absent = filesystem size)")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
@@ -117,6 +118,7 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
     cfg = config.load(WorkerConfig, section="worker", toml_path=args.config, flags=flags)
     if not cfg.data_dirs:
         raise InvalidArgument("at least one --data-dir is required")
+    cfg = dataclasses.replace(cfg, master=",".join(config.parse_master_list(cfg.master)))
     if not 0 < cfg.low_watermark <= cfg.high_watermark <= 1:
         raise InvalidArgument(f"watermarks must satisfy 0 < low <= high <= 1, got {cfg.low_watermark}, "
                               f"{cfg.high_watermark}")
