@@ -24,8 +24,7 @@ from curvine_py.core.errors import InvalidArgument, NotFound
 from curvine_py.master.engine import open as engine
 from curvine_py.master.engine import transfer
 from curvine_py.master.engine.dumpfile import DumpReader
-from curvine_py.master.engine.url import MetaURL, parse_meta_url
-from curvine_py.master.namespace import Namespace
+from curvine_py.master.engine.url import SQLITE, MetaURL, parse_meta_url
 
 
 def parser() -> argparse.ArgumentParser:
@@ -77,9 +76,9 @@ def summary(verb: str, moved: transfer.Moved, url: MetaURL, file: str) -> None:
 
 def do_dump(args: argparse.Namespace) -> int:
     url = target_of(args)
-    if not os.path.isfile(url.path):
+    if url.engine == SQLITE and not os.path.isfile(url.path):
         raise NotFound(f"no metadata database at {url.path}")
-    ns = Namespace(url.path, read_only=True)
+    ns = engine.open_reader(url)
     try:
         with ns.snapshot():
             total = transfer.count_rows(ns)
@@ -115,7 +114,7 @@ def do_load(args: argparse.Namespace) -> int:
     data_dir = os.path.abspath(args.data_dir) if args.data_dir else ""
     if data_dir:
         os.makedirs(data_dir, exist_ok=True)
-    created = not os.path.exists(url.path)
+    created = url.engine == SQLITE and not os.path.exists(url.path)
     try:
         with _input(args.file) as source, engine.exclusive(url, data_dir):
             reader = DumpReader(source, args.file)

@@ -83,6 +83,16 @@ class Unavailable(CurvineError):
     errno = _errno.EHOSTUNREACH
 
 
+class NotLeader(Unavailable):
+    """Another master holds the leadership of this metadata database (PostgreSQL's advisory lock,
+    master/store/pgengine.py). `leader` is the address it advertises, '' when not known yet."""
+
+    def __init__(self, leader: str = "", message: str = "") -> None:
+        self.leader = leader
+        super().__init__(message or (f"another master leads this metadata database (at {leader})" if leader
+                                     else "another master leads this metadata database"))
+
+
 class Busy(Unavailable):
     """A server refused for now (connection limit, out of file descriptors): try another replica
     or miss, as for a peer that cannot be reached."""

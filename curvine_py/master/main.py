@@ -19,7 +19,7 @@ import threading
 from typing import Any
 
 from curvine_py import config
-from curvine_py.core.errors import CurvineError
+from curvine_py.core.errors import CurvineError, NotLeader, Unavailable
 from curvine_py.master.engine import open as engine
 from curvine_py.master.engine.url import MetaURL, parse_meta_url
 from curvine_py.master.leases import DirLeases
@@ -190,6 +190,7 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
         server.start()
         address = format_address(cfg.host, port)
         write_address(data_dir, address)
+        store.call(ns.set_leader_address, address)   # what a master refused by NotLeader is told
         log.info("serving on %s (data %s, cluster %s, epoch %d, lease %d ms, block size %d)", address,
                  data_dir, ns.cluster_id, membership.epoch, cfg.lease_ms, cfg.block_size)
         fields = observability.start(stack, host=cfg.host, metrics_port=cfg.metrics_port,
@@ -200,11 +201,29 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
         failure: list[BaseException] = []
 
         def maintain() -> None:
-            try:
-                service.maintain(stop)
-            except BaseException as exc:   # noqa: BLE001 - reported by the main thread
-                failure.append(exc)
-                stop.set()
+            while True:
+                try:
+                    service.maintain(stop)
+                    return
+                except NotLeader as exc:
+                    failure.append(exc)
+                    stop.set()
+                    return
+                except Unavailable as exc:   # the metadata database is down for now: try again
+                    log.warning("maintenance: %s", exc.message)
+                    if stop.wait(1.0):
+                        return
+                except BaseException as exc:   # noqa: BLE001 - reported by the main thread
+                    failure.append(exc)
+                    stop.set()
+                    return
+
+        def lost_leadership() -> None:   # PostgreSQL: another master leads now; this one stops
+            failure.append(NotLeader())
+            stop.set()
+
+        if ns.engine is not None:
+            ns.engine.on_lost_leadership(lost_leadership)
 
         maintenance = threading.Thread(target=maintain, name="master-maintenance", daemon=True)
         maintenance.start()

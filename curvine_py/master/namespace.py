@@ -1,7 +1,8 @@
 """The master's durable state: namespace, file blocks, block locations, pending deletions, workers.
 
-One SQLite database in WAL mode with `synchronous=FULL`: a mutation is one transaction, and its
-reply is sent only after the commit returned (the commit fsyncs the WAL). Every method here is the
+One SQLite database in WAL mode with `synchronous=FULL` (or a PostgreSQL database: `engine=`, see
+store/pgengine.py): a mutation is one transaction, and its reply is sent only after the commit
+returned (the commit fsyncs the WAL). Every method here is the
 plain-Python semantics of one Master RPC; the gRPC service only converts.
 
 Concurrency rule: a `Namespace` is used by one thread at a time (the master's store thread; unit
@@ -44,4 +45,5 @@ class Namespace(Names, Xattrs, Blocks, BlockReports, Replication, WorkerRows, Ch
         which is exactly what has been acknowledged (group commit replies after COMMIT). Use one
         reader per thread, and its `snapshot()` around reads of several statements."""
         return Namespace(self.path, block_size=self.block_size, root_class=self.root_class,
-                         durable_replicas=self.durable_replicas, clock_ns=self._clock_ns, read_only=True)
+                         durable_replicas=self.durable_replicas, clock_ns=self._clock_ns, read_only=True,
+                         engine=self.engine)

@@ -1,4 +1,5 @@
-"""The one thread that touches the master's SQLite database, with group commit.
+"""The one thread that touches the master's database (SQLite, or PostgreSQL's one writer session),
+with group commit.
 
 Why one thread: SQLite serialises writers anyway, and keeping every write on one thread removes
 locking from the store and leaves the gRPC handler threads free to take RPCs while a commit fsyncs.
@@ -9,7 +10,8 @@ itself) and makes them durable with one COMMIT. No reply (not even for a read, w
 an earlier call's uncommitted write in the same batch) is released before that COMMIT returned.
 
 Error handling: an exception raised by a call is that call's answer. If the COMMIT itself fails,
-every call of the batch fails with an I/O error (none of them is durable).
+every call of the batch fails with an I/O error (none of them is durable); with Unavailable when
+the PostgreSQL session broke (the engine reconnects before the next batch, store/pgengine.py).
 """
 from __future__ import annotations
 
@@ -92,6 +94,9 @@ class StoreThread:
                         results.append((True, call.fn(*call.args)))
                     except Exception as exc:  # noqa: BLE001 - the call's own answer
                         results.append((False, exc))
+        except CurvineError as exc:   # Unavailable, NotLeader (PostgreSQL): the engine's own words
+            log.warning("a batch of %d calls failed: %s", len(batch), exc.message)
+            results = [(False, exc) for _ in batch]
         except Exception as exc:  # COMMIT failed: nothing of this batch is durable
             log.exception("commit of a batch of %d calls failed", len(batch))
             results = [(False, CurvineError(f"metadata commit failed: {exc}")) for _ in batch]

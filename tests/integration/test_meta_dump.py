@@ -134,5 +134,7 @@ def test_dump_to_a_pipe_and_load_from_one_by_url(tmp_path: pathlib.Path) -> None
     missing = cli("meta", "load", "--data-dir", str(tmp_path / "n"), str(tmp_path / "no.dump"))
     assert missing.returncode == 1 and b"no dump file" in missing.stderr
     assert not (tmp_path / "n" / "meta.db").exists()
-    pg = cli("meta", "dump", "--meta", "postgresql://u@127.0.0.1/db", "-")
-    assert pg.returncode == 1 and b"not available yet" in pg.stderr
+    # A PostgreSQL server that is not there: a clear error naming it, exit 1, no dump on stdout.
+    pg = cli("meta", "dump", "--meta", "postgresql://u@127.0.0.1:9/db", "-")
+    assert pg.returncode == 1 and b"cannot connect to the metadata database postgresql://u@127.0.0.1:9/db" \
+        in pg.stderr and pg.stdout == b"", pg.stderr

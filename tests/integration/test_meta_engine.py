@@ -1,5 +1,5 @@
 """`curvine-py master --meta URL` as a process: a SQLite file anywhere, one writer per file, and
-what a postgresql:// or malformed URL gets at start (exit 2 and a clear message, no password shown)."""
+what a malformed URL gets at start (exit 2 and a clear message). PostgreSQL: tests/integration/test_pg_*.py."""
 from __future__ import annotations
 
 import pathlib
@@ -26,15 +26,6 @@ def test_a_master_on_a_sqlite_file_named_by_url(tmp_path: pathlib.Path) -> None:
         assert second.returncode == 2 and b"another master (or meta load) is using" in second.stderr
     finally:
         master.stop()
-
-
-def test_postgresql_answers_not_supported_without_showing_the_password(tmp_path: pathlib.Path) -> None:
-    result = cli("master", "--data-dir", str(tmp_path), "--port", "0",
-                 "--meta", "postgresql://curvine:topsecret@127.0.0.1:5432/meta")
-    assert result.returncode == 2
-    assert b"PostgreSQL metadata engine is not available" in result.stderr
-    assert b"topsecret" not in result.stderr and b"curvine:***@127.0.0.1" in result.stderr
-    assert not (tmp_path / "meta.db").exists()
 
 
 def test_a_bad_meta_url_stops_the_master_at_start(tmp_path: pathlib.Path) -> None:

@@ -22,6 +22,8 @@ from curvine_py.master.types import (
 )
 from tests.unit.test_master_support import FakeClock, MiB, mkdir, mkfile, open_store, worker
 
+pytestmark = pytest.mark.usefixtures("meta_engine")   # every test on SQLite and on PostgreSQL
+
 BS = 4 * MiB   # the test store's default block size
 W3 = [worker("w1"), worker("w2"), worker("w3")]
 

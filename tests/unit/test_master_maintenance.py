@@ -18,6 +18,8 @@ from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import ROOT_INO, Usage
 from tests.unit.test_master_support import FakeClock, mkfile, open_store, worker
 
+pytestmark = pytest.mark.usefixtures("meta_engine")   # every test on SQLite and on PostgreSQL
+
 LEASE_MS = 1500
 GRACE_MS = 500
 SESSION_TIMEOUT_S = 30.0

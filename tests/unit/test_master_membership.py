@@ -13,6 +13,8 @@ from curvine_py.master.namespace import Namespace
 from curvine_py.master.types import ROOT_INO, BlockInfo, Policy, StorageClass, Usage
 from tests.unit.test_master_support import FakeClock, mkdir, mkfile, open_store, worker
 
+pytestmark = pytest.mark.usefixtures("meta_engine")   # every test on SQLite and on PostgreSQL
+
 LEASE_MS = 5000
 
 

@@ -28,7 +28,9 @@ from curvine_py.master.types import (
     FileType,
     SetAttrChanges,
 )
-from tests.unit.test_master_support import FakeClock, mkdir, mkfile, open_store
+from tests.unit.test_master_support import FakeClock, mkdir, mkfile, on_postgresql, open_store
+
+pytestmark = pytest.mark.usefixtures("meta_engine")   # every test on SQLite and on PostgreSQL
 
 # ---------------------------------------------------------------------------------------------- root, create
 
@@ -515,6 +517,11 @@ def test_state_survives_reopen(tmp_path: pathlib.Path, clock: FakeClock) -> None
 
 
 def test_store_uses_wal_and_full_sync(ns: Namespace) -> None:
+    if on_postgresql():   # the writer session holds the leader lock (store/pgengine.py) instead
+        assert ns._db.execute("SELECT COUNT(*) FROM pg_locks WHERE locktype='advisory' AND "
+                              "pid=pg_backend_pid() AND granted").fetchone()[0] == 1
+        assert ns._db.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+        return
     assert ns._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert ns._db.execute("PRAGMA synchronous").fetchone()[0] == 2    # FULL
 

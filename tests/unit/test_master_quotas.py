@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import pathlib
-import sqlite3
 
 import pytest
 
@@ -13,7 +12,9 @@ from curvine_py.core.errors import CurvineError, InvalidArgument, NotADirectory,
 from curvine_py.master.namespace import SCHEMA_VERSION, Namespace
 from curvine_py.master.store.quotas import quota_statfs
 from curvine_py.master.types import ROOT_INO, BlockInfo, FileType, SetAttrChanges, StatFs
-from tests.unit.test_master_support import FakeClock, MiB, mkdir, mkfile, open_store, worker
+from tests.unit.test_master_support import FakeClock, MiB, mkdir, mkfile, open_store, raw_execute, worker
+
+pytestmark = pytest.mark.usefixtures("meta_engine")   # every test on SQLite and on PostgreSQL
 
 BS = 4 * MiB
 W = [worker("w1"), worker("w2")]
@@ -206,13 +207,9 @@ def test_quotas_survive_reopening(tmp_path: pathlib.Path, clock: FakeClock) -> N
 def test_a_version_1_database_is_migrated(tmp_path: pathlib.Path, clock: FakeClock) -> None:
     ns = open_store(tmp_path, clock)
     mkdir(ns, "d")
-    path = ns.path
     ns.close()
-    raw = sqlite3.connect(path)     # make it what a version-1 master left behind
-    raw.execute("DROP TABLE quotas")
-    raw.execute("UPDATE meta SET value=1 WHERE key='schema_version'")
-    raw.commit()
-    raw.close()
+    raw_execute(tmp_path, "DROP TABLE quotas",      # make it what a version-1 master left behind
+                "UPDATE meta SET value='1' WHERE key='schema_version'")
     again = open_store(tmp_path, clock)
     assert again.schema_version() == SCHEMA_VERSION == 2
     again.set_quota("/d", MiB, 0)
@@ -222,12 +219,8 @@ def test_a_version_1_database_is_migrated(tmp_path: pathlib.Path, clock: FakeClo
 
 def test_a_newer_database_is_refused(tmp_path: pathlib.Path, clock: FakeClock) -> None:
     ns = open_store(tmp_path, clock)
-    path = ns.path
     ns.close()
-    raw = sqlite3.connect(path)
-    raw.execute("UPDATE meta SET value=99 WHERE key='schema_version'")
-    raw.commit()
-    raw.close()
+    raw_execute(tmp_path, "UPDATE meta SET value='99' WHERE key='schema_version'")
     with pytest.raises(CurvineError, match="newer"):
         open_store(tmp_path, clock)
 

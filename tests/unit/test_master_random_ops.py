@@ -14,6 +14,8 @@ from curvine_py.master.namespace import Namespace
 from curvine_py.master.types import ROOT_INO, BlockInfo, FileType, SetAttrChanges, WorkerInfo
 from tests.unit.test_master_support import FakeClock, open_store
 
+pytestmark = pytest.mark.usefixtures("meta_engine")   # every test on SQLite and on PostgreSQL
+
 NAMES = ["a", "b", "c", "d"]
 LIVE = [WorkerInfo("w1"), WorkerInfo("w2")]
 

@@ -18,6 +18,8 @@ from curvine_py.master.namespace import Namespace
 from curvine_py.master.types import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO, RenameResult
 from tests.unit.test_master_support import mkdir, mkfile
 
+pytestmark = pytest.mark.usefixtures("meta_engine")   # every test on SQLite and on PostgreSQL
+
 
 def names(ns: Namespace, ino: int) -> list[str]:
     return [e.name for e in ns.readdir(ino)[0]]

@@ -19,6 +19,8 @@ from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import ROOT_INO, BlockInfo, Policy, RoundResult, StorageClass, Usage, WorkerInfo
 from tests.unit.test_master_support import FakeClock, MiB, mkdir, mkfile, open_store, worker
 
+pytestmark = pytest.mark.usefixtures("meta_engine")   # every test on SQLite and on PostgreSQL
+
 LEASE_MS = 5000
 BS = 4 * MiB   # the test store's block size
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
+
 from curvine_py.master.namespace import ROOT_INO
 from curvine_py.master.sessions import Sessions
 from tests.unit.test_fuse_names import Clock
 from tests.unit.test_master_support import FakeClock, mkfile, open_store
+
+pytestmark = pytest.mark.usefixtures("meta_engine")   # every test on SQLite and on PostgreSQL
 
 
 def test_sessions_are_judged_after_a_timeout_of_silence_and_not_right_after_start() -> None:

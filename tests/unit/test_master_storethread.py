@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pytest
 
 from curvine_py.core.errors import AlreadyExists, CurvineError, NotFound
@@ -18,6 +19,8 @@ from curvine_py.master.namespace import Namespace
 from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import ROOT_INO, FileType
 from tests.unit.test_master_support import FakeClock, open_store
+
+pytestmark = pytest.mark.usefixtures("meta_engine")   # every test on SQLite and on PostgreSQL
 
 
 @pytest.fixture
@@ -137,7 +140,8 @@ def test_a_reader_sees_committed_state_only_and_cannot_write(ns: Namespace) -> N
                 reader.lookup(ROOT_INO, "pending")
         with reader.snapshot():
             assert reader.lookup(ROOT_INO, "pending").type == FileType.REGULAR
-        with pytest.raises(sqlite3.OperationalError):   # opened read-only and query_only
+        # opened read-only (SQLite: query_only; PostgreSQL: default_transaction_read_only)
+        with pytest.raises((sqlite3.OperationalError, psycopg.errors.ReadOnlySqlTransaction)):
             reader.create(ROOT_INO, "sneaky", FileType.REGULAR, 0o644)
         with pytest.raises(NotFound):
             ns.lookup(ROOT_INO, "sneaky")

@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from curvine_py.core.errors import InvalidArgument, NotSupported
+from curvine_py.core.errors import InvalidArgument
 from curvine_py.master.engine import open as engine
 from curvine_py.master.engine.url import POSTGRESQL, SQLITE, parse_meta_url
 
@@ -73,7 +73,3 @@ def test_an_unparsable_url_is_reported_without_its_password() -> None:
         parse_meta_url("postgresql://u:topsecret@host:notaport/db")
     assert "topsecret" not in str(info.value) and "u:***@host" in str(info.value)
 
-
-def test_postgresql_is_not_supported_yet() -> None:
-    with pytest.raises(NotSupported, match="PostgreSQL metadata engine is not available"):
-        engine.require_supported(parse_meta_url("postgresql://u@h/d"))

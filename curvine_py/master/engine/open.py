@@ -1,8 +1,9 @@
 """Opening the metadata engine a `MetaURL` names, and the locks that keep a second writer (another
 master, a `meta load`) off the same database.
 
-SQLite is the one engine that runs today. A postgresql:// URL is parsed and validated but answers
-NotSupported here: the PostgreSQL engine is not built yet (docs/metadata.md says what is left).
+SQLite: one file, guarded by flocks. PostgreSQL: the database's own advisory lock, taken by the
+writer session (store/pgengine.py): opening a database another master leads raises NotLeader with
+that master's address.
 """
 from __future__ import annotations
 
@@ -12,15 +13,12 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from curvine_py.core.errors import CurvineError, NotSupported
+from curvine_py.core.errors import CurvineError
 from curvine_py.master.engine.url import SQLITE, MetaURL, sqlite_url
 from curvine_py.master.namespace import Namespace
 
 DB_FILE = "meta.db"
 LOCK_FILE = "master.lock"
-
-POSTGRESQL_NOT_SUPPORTED = ("the PostgreSQL metadata engine is not available yet (issue 12): "
-                            "run the master on SQLite (the default, or --meta sqlite:///PATH)")
 
 
 def default_url(data_dir: str) -> MetaURL:
@@ -29,16 +27,28 @@ def default_url(data_dir: str) -> MetaURL:
 
 
 def require_supported(url: MetaURL) -> None:
-    """Raises NotSupported for an engine this build cannot run (checked before anything starts)."""
+    """Both engines run in this build (kept for the callers that check before anything starts)."""
+
+
+def open_namespace(url: MetaURL, *, advertise: str = "", **options: Any) -> Namespace:
+    """The store on the engine `url` names, led by this process (Namespace's keyword options pass
+    through). PostgreSQL: NotLeader when another master leads the database; `advertise` is the
+    address written for the others to find (also later: Namespace.set_leader_address)."""
     if url.engine != SQLITE:
-        raise NotSupported(f"{url.masked()}: {POSTGRESQL_NOT_SUPPORTED}")
-
-
-def open_namespace(url: MetaURL, **options: Any) -> Namespace:
-    """The store on the engine `url` names (Namespace's keyword options pass through)."""
-    require_supported(url)
+        from curvine_py.master.store.pgengine import open_engine
+        ns: Namespace = open_engine(url, advertise=advertise, **options)
+        return ns
     os.makedirs(os.path.dirname(url.path), exist_ok=True)
     return Namespace(url.path, **options)
+
+
+def open_reader(url: MetaURL) -> Namespace:
+    """A read-only store (meta dump): no lock, no leadership; use its snapshot() around the reads."""
+    if url.engine != SQLITE:
+        from curvine_py.master.store.pgengine import open_reader as open_pg_reader
+        ns: Namespace = open_pg_reader(url)
+        return ns
+    return Namespace(url.path, read_only=True)
 
 
 @contextlib.contextmanager

@@ -70,8 +70,9 @@ class Blocks(Policies, Quotas):
             if count == 0:
                 raise Unavailable("no live workers to place a block on")
             self._bound_open_blocks(ino, index)
-            row = self._db.execute("UPDATE meta SET value = value + 1 WHERE key='next_block_id' "
-                                   "RETURNING value - 1").fetchone()
+            # CAST: meta.value is untyped on SQLite and TEXT on PostgreSQL.
+            row = self._db.execute("UPDATE meta SET value = CAST(value AS BIGINT) + 1 WHERE key='next_block_id' "
+                                   "RETURNING CAST(value AS BIGINT) - 1").fetchone()
             block_id = int(row[0])
             workers = placement.choose_workers(block_id, live, count, policy.placement, client_node)
             self._db.execute("INSERT INTO open_blocks (block_id, ino, idx, workers, created_ms) "
@@ -114,7 +115,7 @@ class Blocks(Policies, Quotas):
                                  (ino, block.index, block.block_id, block.length, _u64_to_db(block.checksum),
                                   self._now() // 1_000_000))
                 workers = block.worker_ids or tuple(w for w in str(opened[2]).split(",") if w)
-                self._db.executemany("INSERT OR IGNORE INTO locations (block_id, worker_id) VALUES (?, ?)",
+                self._db.executemany("INSERT INTO locations (block_id, worker_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
                                      [(block.block_id, w) for w in workers])
                 self._db.execute("DELETE FROM open_blocks WHERE block_id=?", (block.block_id,))
             charges = new_charges()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from curvine_py.master.store.db import Database
+from curvine_py.master.store.db import SQLITE, Database
 from curvine_py.master.types import ROOT_INO
 
 
@@ -19,10 +19,19 @@ class Bulk(Database):
     """Bulk reads and writes of every table (call inside a snapshot() or transaction())."""
 
     def table_columns(self) -> list[tuple[str, tuple[str, ...]]]:
-        names = [str(row[0]) for row in self._db.execute(
-            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
-        return [(name, tuple(str(col[1]) for col in self._db.execute(f"PRAGMA table_info({_quoted(name)})")))
-                for name in names]
+        if self.dialect == SQLITE:
+            names = [str(row[0]) for row in self._db.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+            return [(name, tuple(str(col[1]) for col in self._db.execute(f"PRAGMA table_info({_quoted(name)})")))
+                    for name in names]
+        columns: dict[str, list[str]] = {}
+        for table, column in self._db.execute(
+                "SELECT c.table_name, c.column_name FROM information_schema.columns c "
+                "JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name "
+                "WHERE t.table_schema = current_schema() AND t.table_type = 'BASE TABLE' "
+                "ORDER BY c.table_name, c.ordinal_position"):
+            columns.setdefault(str(table), []).append(str(column))
+        return [(table, tuple(cols)) for table, cols in sorted(columns.items())]
 
     def table_size(self, table: str) -> int:
         return int(self._db.execute(f"SELECT COUNT(*) FROM {_quoted(table)}").fetchone()[0])
@@ -32,14 +41,25 @@ class Bulk(Database):
         yield from self._db.execute(f"SELECT {cols} FROM {_quoted(table)}")
 
     def next_ino(self) -> int:
-        """The inode number the next create gets (AUTOINCREMENT: never one that existed)."""
-        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name='inodes'").fetchone()
+        """The inode number the next create gets (AUTOINCREMENT, or PostgreSQL's identity sequence:
+        never one that existed)."""
+        if self.dialect == SQLITE:
+            row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name='inodes'").fetchone()
+            used = int(row[0]) if row is not None else 0
+        else:
+            sequence = self._db.execute("SELECT pg_get_serial_sequence('inodes', 'ino')").fetchone()[0]
+            last, called = self._db.execute(f"SELECT last_value, is_called FROM {sequence}").fetchone()
+            used = int(last) if called else int(last) - 1
         top = self._db.execute("SELECT COALESCE(MAX(ino), 0) FROM inodes").fetchone()[0]
-        return max(int(row[0]) if row is not None else 0, int(top)) + 1
+        return max(used, int(top)) + 1
 
     def set_next_ino(self, next_ino: int) -> None:
-        self._db.execute("DELETE FROM sqlite_sequence WHERE name='inodes'")
-        self._db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('inodes', ?)", (next_ino - 1,))
+        if self.dialect == SQLITE:
+            self._db.execute("DELETE FROM sqlite_sequence WHERE name='inodes'")
+            self._db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('inodes', ?)", (next_ino - 1,))
+        else:   # setval(.., n, true): the next value is n + 1; a sequence cannot stand below 1
+            self._db.execute("SELECT setval(pg_get_serial_sequence('inodes', 'ino'), ?, ?)",
+                             (max(1, next_ino - 1), next_ino > 1))
 
     def is_blank(self) -> bool:
         """Nothing but what a new store starts with: the root inode and the meta keys."""
@@ -56,9 +76,13 @@ class Bulk(Database):
     def clear_all(self) -> None:
         for table, _ in self.table_columns():
             self._db.execute(f"DELETE FROM {_quoted(table)}")
-        self._db.execute("DELETE FROM sqlite_sequence")
+        if self.dialect == SQLITE:
+            self._db.execute("DELETE FROM sqlite_sequence")
 
     def insert_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        if self.dialect != SQLITE:
+            self._db.copy_rows(table, columns, rows)
+            return
         cols = ", ".join(_quoted(c) for c in columns)
         marks = ", ".join("?" for _ in columns)
         self._db.executemany(f"INSERT INTO {_quoted(table)} ({cols}) VALUES ({marks})", rows)

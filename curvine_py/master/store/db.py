@@ -1,6 +1,9 @@
 """The master database's connection and transactions: WAL with synchronous=FULL, BEGIN IMMEDIATE ..
 COMMIT per mutation (a SAVEPOINT inside an open transaction or a group-commit batch), the meta table
 (cluster id, epoch, block id counter, lease marker), and the uint64 <-> SQLite integer helpers.
+
+Two engines: SQLite (a file, the default) and PostgreSQL (`engine=`, a PgEngine from pgengine.py,
+whose connections offer the same sqlite3 subset; the SQL of the store is written to run on both).
 """
 from __future__ import annotations
 
@@ -11,19 +14,26 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from curvine_py.core.errors import (
     CurvineError,
     InvalidArgument,
 )
-from curvine_py.master.store.schema import _SCHEMA, MIGRATIONS, SCHEMA_VERSION
+from curvine_py.master.store.schema import _SCHEMA, MIGRATIONS, SCHEMA_VERSION, to_postgresql
 from curvine_py.master.types import (
     ROOT_INO,
     FileType,
     StorageClass,
 )
 
+if TYPE_CHECKING:
+    from curvine_py.master.store.pgengine import PgEngine
+
 log = logging.getLogger(__name__)
+
+SQLITE = "sqlite"
+POSTGRESQL = "postgresql"
 
 MAX_ID = (1 << 63) - 1
 _IN_CHUNK = 500                  # ids per `IN (...)` (SQLite's variable limit is 32766; stay small)
@@ -49,7 +59,7 @@ class Database:
     def __init__(self, path: str, *, block_size: int = 64 << 20,
                  root_class: StorageClass = StorageClass.DURABLE, durable_replicas: int = 2,
                  clock_ns: Callable[[], int] = time.time_ns, read_only: bool = False,
-                 unlink_grace_ms: int = 0) -> None:
+                 unlink_grace_ms: int = 0, engine: PgEngine | None = None) -> None:
         if root_class == StorageClass.UNSPECIFIED:
             raise InvalidArgument("the root storage class must be cache or durable")
         self.path = path
@@ -63,6 +73,18 @@ class Database:
         # A file that lost its last name stays readable this long, so a reader on another node
         # (whose open this master does not know of) can finish; then expire_orphans frees it.
         self.unlink_grace_ns = unlink_grace_ms * 1_000_000
+        self.engine = engine
+        self.dialect = SQLITE if engine is None else POSTGRESQL
+        self._db: Any
+        if engine is not None:
+            if read_only:
+                self._db = engine.reader()
+                return
+            if engine.writer is None:
+                raise CurvineError("a PostgreSQL store opened without its writer session")
+            self._db = engine.writer
+            self._init_schema()
+            return
         # isolation_level=None: we issue BEGIN/COMMIT ourselves (the module's implicit transactions
         # would commit at surprising points). check_same_thread=False: created by main, used only by
         # the store thread (or, for a reader, the thread serving reads) afterwards.
@@ -97,10 +119,15 @@ class Database:
 
     def close(self) -> None:
         self._db.close()
+        if self.engine is not None and (self.engine.writer is self._db or self.engine.writer is None):
+            self.engine.close()     # the writer's store (or a dump's lone reader) owns the sessions
 
     def _init_schema(self) -> None:
         with self.transaction():
-            have = self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+            have = self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'" if self.dialect == SQLITE
+                else "SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema() "
+                     "AND table_name = 'meta'").fetchone()
             version = 0
             if have is not None:
                 row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -121,6 +148,8 @@ class Database:
                     " p_compress) VALUES (?, ?, ?, 0, 0, 2, ?, ?, ?, ?, 0, ?, 0, 0, 0, '', 0)",
                     (ROOT_INO, int(FileType.DIRECTORY), 0o755, now, now, now, self.block_size,
                      int(self.root_class)))
+                if self.dialect == POSTGRESQL:   # the root took ino 1 explicitly: the identity moves past it
+                    self._db.execute("SELECT setval(pg_get_serial_sequence('inodes', 'ino'), ?)", (ROOT_INO,))
                 log.info("created namespace %s", self.path)
             while version < SCHEMA_VERSION:
                 version += 1
@@ -129,6 +158,8 @@ class Database:
                 log.info("%s: schema migrated to version %d", self.path, version)
 
     def _run_ddl(self, script: str) -> None:
+        if self.dialect == POSTGRESQL:
+            script = to_postgresql(script)
         for statement in script.split(";"):
             if statement.strip():
                 self._db.execute(statement)
@@ -184,7 +215,14 @@ class Database:
         return value
 
     def _set_meta(self, key: str, value: int | str) -> None:
-        self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+        self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
+                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                         (key, value if self.dialect == SQLITE else str(value)))
+
+    def set_leader_address(self, address: str) -> None:
+        """The address this master serves on, for the masters that find it leading (NotLeader)."""
+        with self.transaction():
+            self._set_meta("leader_address", address)
 
     @property
     def cluster_id(self) -> str:

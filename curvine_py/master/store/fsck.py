@@ -17,7 +17,8 @@ class Checks(Quotas):
 
     def counts(self) -> NamespaceCounts:
         files, dirs, inodes = self._db.execute(
-            "SELECT COALESCE(SUM(type=1), 0), COALESCE(SUM(type=2), 0), COUNT(*) FROM inodes").fetchone()
+            "SELECT COALESCE(SUM(CASE WHEN type=1 THEN 1 ELSE 0 END), 0), "
+            "COALESCE(SUM(CASE WHEN type=2 THEN 1 ELSE 0 END), 0), COUNT(*) FROM inodes").fetchone()
         blocks = self._db.execute("SELECT COUNT(*) FROM blocks").fetchone()[0]
         return NamespaceCounts(int(files), int(dirs), int(blocks), int(inodes))
 

@@ -168,13 +168,14 @@ class Inodes(Database):
 
     def _drop_block(self, block_id: int) -> None:
         """Forget a committed block; every worker holding it gets a pending deletion."""
-        self._db.execute("INSERT OR IGNORE INTO deletions (worker_id, block_id) "
-                         "SELECT worker_id, block_id FROM locations WHERE block_id=?", (block_id,))
+        self._db.execute("INSERT INTO deletions (worker_id, block_id) "
+                         "SELECT worker_id, block_id FROM locations WHERE block_id=? ON CONFLICT DO NOTHING",
+                         (block_id,))
         self._db.execute("DELETE FROM locations WHERE block_id=?", (block_id,))
         self._db.execute("DELETE FROM blocks WHERE block_id=?", (block_id,))
 
     def _drop_open_block(self, block_id: int, workers: str) -> None:
-        self._db.executemany("INSERT OR IGNORE INTO deletions (worker_id, block_id) VALUES (?, ?)",
+        self._db.executemany("INSERT INTO deletions (worker_id, block_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
                              [(w, block_id) for w in workers.split(",") if w])
         self._db.execute("DELETE FROM open_blocks WHERE block_id=?", (block_id,))
 
@@ -195,7 +196,8 @@ class Inodes(Database):
             if keep_orphan:
                 self._db.execute("UPDATE inodes SET orphan=1, nlink=0 WHERE ino=?", (ino,))
                 if keeper:
-                    self._db.execute("INSERT OR REPLACE INTO orphan_keepers (ino, session) VALUES (?, ?)",
+                    self._db.execute("INSERT INTO orphan_keepers (ino, session) VALUES (?, ?) "
+                                     "ON CONFLICT (ino) DO UPDATE SET session = excluded.session",
                                      (ino, keeper))
             else:
                 self._free_later(ino)

@@ -133,9 +133,9 @@ class Names(Policies, Quotas):
             rdev = rdev if kind in (FileType.CHARDEV, FileType.BLOCKDEV) else 0
             cursor = self._db.execute(
                 "INSERT INTO inodes (type, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev,"
-                " block_size, target, parent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " block_size, target, parent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ino",
                 (int(kind), perm, uid, gid, size, nlink, now, now, now, rdev, block_size, target, parent))
-            ino = int(cursor.lastrowid or 0)
+            ino = int(cursor.fetchone()[0])
             self._db.execute("INSERT INTO dentries (parent, name, ino) VALUES (?, ?, ?)", (parent, name, ino))
             if kind == FileType.DIRECTORY:
                 self._add_nlink(parent, 1)

@@ -28,7 +28,7 @@ _QUOTA_COLS = "ino, max_bytes, max_inodes, used_bytes, used_inodes"
 # so the walk up `inodes.parent` ends at the root (parent 0); the depth bound stops a corrupt cycle.
 _CHAIN = """
 WITH RECURSIVE up(ino, depth) AS (
-    SELECT ?, 0
+    SELECT CAST(? AS BIGINT), 0
     UNION ALL
     SELECT i.parent, up.depth + 1 FROM up JOIN inodes i ON i.ino = up.ino
     WHERE up.ino != 1 AND i.parent != 0 AND up.depth < 65536)
@@ -147,7 +147,10 @@ class Quotas(Inodes):
             else:
                 row = self._db.execute("SELECT used_bytes, used_inodes FROM quotas WHERE ino=?", (ino,)).fetchone()
                 used = (int(row[0]), int(row[1])) if row is not None else self._usage_below(ino)
-                self._db.execute(f"INSERT OR REPLACE INTO quotas ({_QUOTA_COLS}) VALUES (?, ?, ?, ?, ?)",
+                self._db.execute(f"INSERT INTO quotas ({_QUOTA_COLS}) VALUES (?, ?, ?, ?, ?) "
+                                 "ON CONFLICT (ino) DO UPDATE SET max_bytes = excluded.max_bytes, "
+                                 "max_inodes = excluded.max_inodes, used_bytes = excluded.used_bytes, "
+                                 "used_inodes = excluded.used_inodes",
                                  (ino, max_bytes, max_inodes, *used))
             return self._quota_of(ino)
 

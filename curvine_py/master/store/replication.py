@@ -59,7 +59,7 @@ class Replication(Policies):
         rows = self._db.execute(
             "SELECT b.block_id, b.ino, b.length, group_concat(l.worker_id) FROM blocks b "
             "JOIN locations l ON l.block_id = b.block_id WHERE b.block_id > ? "
-            "GROUP BY b.block_id ORDER BY b.block_id LIMIT ?", (min(after, 2**63 - 1), limit)).fetchall()
+            "GROUP BY b.block_id, b.ino, b.length ORDER BY b.block_id LIMIT ?", (min(after, 2**63 - 1), limit)).fetchall()
         return [RecordedBlock(int(b), int(i), int(n), tuple(sorted(str(w).split(",")))) for b, i, n, w in rows]
 
     def path_of(self, ino: int) -> str:
@@ -74,7 +74,8 @@ class Replication(Policies):
         rows = self._db.execute(
             "SELECT b.block_id, b.ino, b.idx, b.length, i.block_size, i.type, i.parent, "
             "group_concat(l.worker_id) FROM blocks b JOIN inodes i ON i.ino = b.ino AND i.orphan = 0 "
-            "LEFT JOIN locations l ON l.block_id = b.block_id GROUP BY b.block_id").fetchall()
+            "LEFT JOIN locations l ON l.block_id = b.block_id "
+            "GROUP BY b.block_id, b.ino, b.idx, b.length, i.block_size, i.type, i.parent").fetchall()
         for block_id, ino, index, length, block_size, _kind, parent, workers in rows:
             directory = int(parent)
             if directory not in policies:
@@ -103,10 +104,10 @@ class Replication(Policies):
         self.replica_changes += 1
         with self.transaction():
             if self._db.execute("SELECT 1 FROM blocks WHERE block_id=?", (block_id,)).fetchone() is None:
-                self._db.execute("INSERT OR IGNORE INTO deletions (worker_id, block_id) VALUES (?, ?)",
+                self._db.execute("INSERT INTO deletions (worker_id, block_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
                                  (worker_id, block_id))
                 return False
-            self._db.execute("INSERT OR IGNORE INTO locations (block_id, worker_id) VALUES (?, ?)",
+            self._db.execute("INSERT INTO locations (block_id, worker_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
                              (block_id, worker_id))
             return True
 
@@ -117,5 +118,5 @@ class Replication(Policies):
             removed = self._db.execute("DELETE FROM locations WHERE block_id=? AND worker_id=?",
                                        (block_id, worker_id)).rowcount
             if removed:
-                self._db.execute("INSERT OR IGNORE INTO deletions (worker_id, block_id) VALUES (?, ?)",
+                self._db.execute("INSERT INTO deletions (worker_id, block_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
                                  (worker_id, block_id))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from curvine_py.master.store.db import MAX_ID, _chunks
+from curvine_py.master.store.db import MAX_ID, SQLITE, _chunks
 from curvine_py.master.store.policy import Policies
 from curvine_py.master.store.quotas import Quotas, new_charges
 from curvine_py.master.types import (
@@ -39,28 +39,31 @@ class BlockReports(Policies, Quotas):
         reported = sorted({b for b in block_ids})
         self.replica_changes += 1
         with self.transaction():
-            self._db.execute("CREATE TEMP TABLE IF NOT EXISTS reported (block_id INTEGER PRIMARY KEY)")
-            self._db.execute("DELETE FROM temp.reported")
-            self._db.executemany("INSERT INTO temp.reported (block_id) VALUES (?)",
+            # Unqualified `reported` is the temp table on both engines (temp is searched first).
+            self._db.execute("CREATE TEMP TABLE IF NOT EXISTS reported (block_id "
+                             f"{'INTEGER' if self.dialect == SQLITE else 'BIGINT'} PRIMARY KEY)")
+            self._db.execute("DELETE FROM reported")
+            self._db.executemany("INSERT INTO reported (block_id) VALUES (?)",
                                  [(b,) for b in reported if 0 < b <= MAX_ID])
             unknown = [b for b in reported if not 0 < b <= MAX_ID]
             unknown += [row[0] for row in self._db.execute(
-                "SELECT r.block_id FROM temp.reported r WHERE NOT EXISTS "
+                "SELECT r.block_id FROM reported r WHERE NOT EXISTS "
                 "(SELECT 1 FROM blocks b WHERE b.block_id = r.block_id) AND NOT EXISTS "
                 "(SELECT 1 FROM open_blocks o WHERE o.block_id = r.block_id)")]
             # A location the worker does not report is gone, unless the block was committed so
             # recently that the report may have been taken before the block was stored.
             missing = self._db.execute("DELETE FROM locations WHERE worker_id=? AND block_id NOT IN "
-                                       "(SELECT block_id FROM temp.reported) AND block_id NOT IN "
+                                       "(SELECT block_id FROM reported) AND block_id NOT IN "
                                        "(SELECT block_id FROM blocks WHERE committed_ms > ?)",
                                        (worker_id, self._now() // 1_000_000 - REPORT_GRACE_MS)).rowcount
-            self._db.execute("INSERT OR IGNORE INTO locations (block_id, worker_id) "
-                             "SELECT r.block_id, ? FROM temp.reported r JOIN blocks b ON b.block_id = r.block_id",
+            self._db.execute("INSERT INTO locations (block_id, worker_id) "
+                             "SELECT r.block_id, ? FROM reported r JOIN blocks b ON b.block_id = r.block_id "
+                             "WHERE true ON CONFLICT DO NOTHING",   # WHERE: SQLite's upsert parse rule
                              (worker_id,))
             # A freed block this worker reports is already in `unknown`; the rest of its pending
             # deletions are blocks it does not have any more: nothing to do for those.
             self._db.execute("DELETE FROM deletions WHERE worker_id=?", (worker_id,))
-            self._db.execute("DELETE FROM temp.reported")
+            self._db.execute("DELETE FROM reported")
             return Reconciled(tuple(sorted(set(unknown))), int(missing))
 
     def take_deletions(self, worker_id: str, limit: int = 100_000) -> list[int]:

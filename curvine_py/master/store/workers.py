@@ -8,6 +8,8 @@ from curvine_py.master.types import (
     WorkerInfo,
 )
 
+_WORKER_UPDATE = ", ".join(f"{c.strip()} = excluded.{c.strip()}" for c in _WORKER_COLS.split(",")[1:])
+
 
 class WorkerRows(Database):
     """Load and save worker rows."""
@@ -20,7 +22,8 @@ class WorkerRows(Database):
     def save_worker(self, w: WorkerInfo) -> None:
         """Call inside a transaction."""
         self._db.execute(
-            f"INSERT OR REPLACE INTO workers ({_WORKER_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO workers ({_WORKER_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            f"ON CONFLICT (worker_id) DO UPDATE SET {_WORKER_UPDATE}",
             (w.worker_id, w.host, w.port, w.unix_socket, w.node, min(w.capacity, MAX_ID), min(w.used, MAX_ID),
              min(w.available, MAX_ID), w.lm_port, int(w.live), w.last_heartbeat_ms, min(w.blocks, MAX_ID),
              min(w.objects, MAX_ID), min(w.evictions, MAX_ID)))

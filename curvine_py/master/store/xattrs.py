@@ -52,7 +52,8 @@ class Xattrs(Inodes):
                 raise AlreadyExists(f"xattr {name!r} exists")
             if flags & XATTR_REPLACE and not present:
                 raise NoData(f"no xattr {name!r} on inode {ino}")
-            self._db.execute("INSERT OR REPLACE INTO xattrs (ino, name, value) VALUES (?, ?, ?)",
+            self._db.execute("INSERT INTO xattrs (ino, name, value) VALUES (?, ?, ?) "
+                             "ON CONFLICT (ino, name) DO UPDATE SET value = excluded.value",
                              (ino, name, bytes(value)))
             self._db.execute("UPDATE inodes SET ctime_ns=? WHERE ino=?", (self._now(), ino))
 

@@ -1,0 +1,195 @@
+"""The sqlite3.Connection subset the store uses, on psycopg 3 (the PostgreSQL engine's connections).
+
+The store classes run their SQL on `self._db` with `?` placeholders, `execute`/`executemany`,
+`fetchone`/`fetchall`/`rowcount`/iteration and `in_transaction`. Their SQL is written in the
+common subset of both engines (ON CONFLICT upserts, RETURNING, CASE instead of boolean sums, CAST
+(.. AS BIGINT)); what is left differs in spelling only and is translated here once per statement
+text (cached): `?` -> `%s` (and a literal `%` -> `%%`), `BEGIN IMMEDIATE` -> `BEGIN`,
+`group_concat(x)` -> `string_agg(x, ',')`.
+
+A broken connection (the server restarted, the network cut) surfaces as `Unavailable`, never as a
+psycopg error: the caller's RPC fails within its deadline and is retried. The writer reconnects
+(and re-takes leadership, see pgengine.py) before the next transaction begins.
+"""
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import pq
+
+from curvine_py.core.errors import CurvineError, Unavailable
+
+_GROUP_CONCAT = re.compile(r"\bgroup_concat\(([^()]*)\)", re.IGNORECASE)
+_BUSY = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR, pq.TransactionStatus.ACTIVE)
+READ_TIMEOUT_S = 5.0             # a handler thread waits this long for a pooled reader connection
+
+
+@functools.lru_cache(maxsize=4096)
+def translate(sql: str) -> str:
+    """The statement in PostgreSQL's spelling. Our SQL holds no `?` or `%` inside string literals."""
+    text = sql.replace("%", "%%").replace("?", "%s")
+    if text.lstrip().upper().startswith("BEGIN IMMEDIATE"):
+        return "BEGIN"
+    return _GROUP_CONCAT.sub(r"string_agg(\1, ',')", text)
+
+
+def lost(exc: BaseException) -> CurvineError:
+    return Unavailable(f"the metadata database connection failed: {str(exc).strip() or type(exc).__name__}")
+
+
+class Rows:
+    """A result already fetched (a statement whose pooled connection went back at once)."""
+
+    def __init__(self, rows: list[tuple[Any, ...]], rowcount: int) -> None:
+        self._rows = rows
+        self._next = 0
+        self.rowcount = rowcount
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        if self._next >= len(self._rows):
+            return None
+        self._next += 1
+        return self._rows[self._next - 1]
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        rest, self._next = self._rows[self._next:], len(self._rows)
+        return rest
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self.fetchall())
+
+
+def _run(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> Rows:
+    cursor = conn.execute(translate(sql), params or None)
+    rows = cursor.fetchall() if cursor.description is not None else []
+    return Rows(rows, cursor.rowcount)
+
+
+class PgWriter:
+    """The master's one writer session. `ensure` (pgengine.py) reconnects and re-checks leadership;
+    it runs before a transaction begins, so nothing is ever written on a session that does not
+    hold the leader lock."""
+
+    def __init__(self, conn: psycopg.Connection[Any], ensure: Callable[[], psycopg.Connection[Any]]) -> None:
+        self.conn = conn
+        self._ensure = ensure
+
+    @property
+    def in_transaction(self) -> bool:
+        return not self.conn.closed and self.conn.info.transaction_status in _BUSY
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        if sql.startswith("BEGIN"):
+            self.conn = self._ensure()
+            try:
+                return _run(self.conn, sql, params)
+            except psycopg.Error:
+                if not (self.conn.broken or self.conn.closed):
+                    raise
+            # The session died while idle (a server restart): nothing was written on it, so
+            # reconnecting (and re-taking the lock) once before this transaction is safe.
+            self.conn = self._ensure()
+        try:
+            return _run(self.conn, sql, params)
+        except psycopg.Error as exc:
+            if self.conn.broken or self.conn.closed:
+                raise lost(exc) from None
+            raise
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Rows:
+        try:
+            with self.conn.cursor() as cursor:
+                cursor.executemany(translate(sql), rows)
+                return Rows([], cursor.rowcount)
+        except psycopg.Error as exc:
+            if self.conn.broken or self.conn.closed:
+                raise lost(exc) from None
+            raise
+
+    def copy_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        """COPY .. FROM STDIN: a bulk insert an order of magnitude faster than executemany."""
+        cols = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
+        quoted = '"' + table.replace('"', '""') + '"'
+        try:
+            with self.conn.cursor() as cursor, cursor.copy(f"COPY {quoted} ({cols}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        except psycopg.Error as exc:
+            if self.conn.broken or self.conn.closed:
+                raise lost(exc) from None
+            raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class PgReader:
+    """A handler thread's reads on the shared reader pool: a statement borrows a connection for
+    itself; a snapshot (BEGIN .. COMMIT, see Database.snapshot) keeps one, in REPEATABLE READ READ
+    ONLY, so its statements see one committed state. One PgReader per thread, as the SQLite reader."""
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+        self._pinned: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()     # a reader is used by one thread; this only guards misuse
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._pinned is not None
+
+    def _borrow(self) -> psycopg.Connection[Any]:
+        try:
+            conn: psycopg.Connection[Any] = self._pool.getconn(timeout=READ_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - PoolTimeout, or the pool's connect failing
+            raise lost(exc) from None
+        return conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        if sql.startswith("BEGIN"):     # a snapshot (or a write attempt, which the server refuses)
+            with self._lock:
+                conn = self._borrow()
+                try:
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                except psycopg.Error as exc:
+                    self._pool.putconn(conn)
+                    raise lost(exc) from None
+                self._pinned = conn
+            return Rows([], -1)
+        if sql in ("COMMIT", "ROLLBACK") and self._pinned is not None:
+            conn, self._pinned = self._pinned, None
+            try:
+                conn.execute(sql)
+            except psycopg.Error:
+                pass           # a read-only snapshot: nothing to lose; the pool drops a broken one
+            finally:
+                self._pool.putconn(conn)
+            return Rows([], -1)
+        if self._pinned is not None:
+            return self._guarded(self._pinned, sql, params)
+        conn = self._borrow()
+        try:
+            return self._guarded(conn, sql, params)
+        finally:
+            self._pool.putconn(conn)
+
+    @staticmethod
+    def _guarded(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> Rows:
+        try:
+            return _run(conn, sql, params)
+        except psycopg.Error as exc:
+            if conn.broken or conn.closed:
+                raise lost(exc) from None
+            raise
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Rows:
+        raise CurvineError("a reader does not write")
+
+    def close(self) -> None:
+        if self._pinned is not None:
+            self._pool.putconn(self._pinned)
+            self._pinned = None
