@@ -1,6 +1,7 @@
 """`curvine-py report [--json] [--watch [SECONDS]]`: the cluster as the master reports it. A rich
 table of the workers (capacity bar, health, last heartbeat, objects, blocks, evictions, hit rate,
-disk reserve), the replication state (under-replicated and lost blocks, repairs) and the quotas.
+disk reserve, lm:// and /metrics ports), the master's own /metrics and status page ports, the
+replication state (under-replicated and lost blocks, repairs) and the quotas.
 `--json`: the master's ClusterReport as JSON. `--watch`: the same again every SECONDS (2), in place
 on a terminal (rich Live), one snapshot after another in a pipe (one JSON document per line with
 --json); Ctrl-C ends it (exit 0).
@@ -57,7 +58,8 @@ def workers_table(report: pb.ClusterReport, now_ms: float) -> Table:
     for name, justify in (("worker", "left"), ("health", "left"), ("address", "left"), ("node", "left"),
                           ("capacity", "left"), ("used / capacity", "right"), ("objects", "right"),
                           ("blocks", "right"), ("evictions", "right"), ("heartbeat", "right"),
-                          ("hit rate", "right"), ("disk reserve", "right"), ("lm://", "right")):
+                          ("hit rate", "right"), ("disk reserve", "right"), ("lm://", "right"),
+                          ("metrics", "right")):
         table.add_column(name, justify=justify, no_wrap=True)   # type: ignore[arg-type]
     for w in report.workers:
         health = Text("live", style="green") if w.live else Text("LOST", style="bold red")
@@ -66,7 +68,7 @@ def workers_table(report: pb.ClusterReport, now_ms: float) -> Table:
                       f"{human_bytes(w.used)} / {human_bytes(w.capacity)}", str(w.objects), str(w.blocks),
                       str(w.evictions), _age(w.last_heartbeat_ms, now_ms), hit_rate(w.hits, w.misses),
                       reserve if w.live else "",
-                      str(w.lm_port or "off"))
+                      str(w.lm_port or "off"), str(w.metrics_port or "off"))
     return table
 
 
@@ -86,6 +88,7 @@ def render(report: pb.ClusterReport, now_ms: float) -> RenderableType:
     health = "green" if live == len(report.workers) and live else "red"
     head = Text(f"cluster {report.cluster_id}  epoch {report.epoch}  workers ")
     head.append(f"{live} live / {len(report.workers)}", style=health)
+    head.append(f"  master metrics {report.metrics_port or 'off'}  status page {report.status_port or 'off'}")
     total = Text("capacity ")
     total.append_text(bar(report.used, report.capacity))
     total.append(f"  used {human_bytes(report.used)} of {human_bytes(report.capacity)}"

@@ -73,7 +73,8 @@ def worker_pb(w: WorkerInfo) -> mpb.WorkerInfo:
                           lm_port=w.lm_port, live=w.live, last_heartbeat_ms=w.last_heartbeat_ms,
                           blocks=w.blocks, objects=w.objects, evictions=w.evictions,
                           free_space_ratio=w.free_space_ratio, reserve_bytes=w.reserve_bytes,
-                          fs_free_bytes=w.fs_free_bytes, hits=w.hits, misses=w.misses)
+                          fs_free_bytes=w.fs_free_bytes, hits=w.hits, misses=w.misses,
+                          metrics_port=w.metrics_port)
 
 
 def worker_from_pb(w: mpb.WorkerInfo) -> WorkerInfo:
@@ -82,13 +83,15 @@ def worker_from_pb(w: mpb.WorkerInfo) -> WorkerInfo:
                       lm_port=w.lm_port, live=w.live, last_heartbeat_ms=w.last_heartbeat_ms,
                       blocks=w.blocks, objects=w.objects, evictions=w.evictions,
                       free_space_ratio=w.free_space_ratio, reserve_bytes=w.reserve_bytes,
-                      fs_free_bytes=w.fs_free_bytes, hits=w.hits, misses=w.misses)
+                      fs_free_bytes=w.fs_free_bytes, hits=w.hits, misses=w.misses,
+                      metrics_port=w.metrics_port)
 
 
 def usage_from_pb(r: mpb.HeartbeatRequest) -> Usage:
     return Usage(capacity=r.capacity, used=r.used, available=r.available, blocks=r.blocks,
                  objects=r.objects, evictions=r.evictions, free_space_ratio=r.free_space_ratio,
-                 reserve_bytes=r.reserve_bytes, fs_free_bytes=r.fs_free_bytes, hits=r.hits, misses=r.misses)
+                 reserve_bytes=r.reserve_bytes, fs_free_bytes=r.fs_free_bytes, hits=r.hits, misses=r.misses,
+                 metrics_port=r.metrics_port)
 
 
 def setattr_from_pb(r: mpb.SetAttrRequest) -> SetAttrChanges:

@@ -196,6 +196,7 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
         fields = observability.start(stack, host=cfg.host, metrics_port=cfg.metrics_port,
                                      status_port=cfg.status_port, master_port=port, token=cfg.token,
                                      tls=tls_files(cfg))
+        service.metrics_port, service.status_port = observability.metrics_port, observability.status_port
         print(f"master={address}{fields}", flush=True)
 
         failure: list[BaseException] = []

@@ -101,7 +101,7 @@ class Membership:
         """A worker (re)joins with its full block report. Worker ids are chosen and persisted by
         the workers; a known id's info is replaced."""
         validate_worker_id(info.worker_id)
-        if not 0 <= info.port < 65536 or not 0 <= info.lm_port < 65536:
+        if not all(0 <= port < 65536 for port in (info.port, info.lm_port, info.metrics_port)):
             raise InvalidArgument("port out of range")
         record = dataclasses.replace(info, live=True, last_heartbeat_ms=self._wall_ms())
         reported = list(block_ids)
@@ -134,6 +134,7 @@ class Membership:
             blocks=usage.blocks, objects=usage.objects, evictions=usage.evictions,
             free_space_ratio=usage.free_space_ratio, reserve_bytes=usage.reserve_bytes,
             fs_free_bytes=usage.fs_free_bytes, hits=usage.hits, misses=usage.misses,
+            metrics_port=usage.metrics_port if 0 <= usage.metrics_port < 65536 else 0,
             last_heartbeat_ms=self._wall_ms())
         evicted, bad = list(evicted), list(bad)
         if evicted or bad:

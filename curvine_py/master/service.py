@@ -85,6 +85,9 @@ class MasterService(master_pb2_grpc.MasterServicer):
         self._next_open_block_sweep = clock() + OPEN_BLOCK_SWEEP_S
         self._next_orphan_sweep = 0.0
         self._marker_checked = False
+        # The master's own observability ports, for Report (set once they are bound; 0 = off).
+        self.metrics_port = 0
+        self.status_port = 0
 
     def close(self) -> None:
         with self._readers_lock:
@@ -385,6 +388,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
         reply.dir_leases = self._leases.held()
         reply.quotas.extend(convert.quota_pb(q) for q in self._read(Namespace.list_quotas))
         reply.replication.CopyFrom(self._replication())
+        reply.metrics_port, reply.status_port = self.metrics_port, self.status_port
         return reply
 
     def _replication(self) -> mpb.Replication:

@@ -182,6 +182,7 @@ class WorkerInfo:
     fs_free_bytes: int = 0
     hits: int = 0                   # KV lookups since the worker started (heartbeat), not persisted
     misses: int = 0
+    metrics_port: int = 0           # its /metrics port (registration, heartbeat), not persisted
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +262,7 @@ class Usage:
     fs_free_bytes: int = 0
     hits: int = 0
     misses: int = 0
+    metrics_port: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,8 @@ class MasterObservability:
         self._membership: Callable[[], ClusterGauges] | None = None
         self.metrics = register_master(CollectorRegistry(), cluster=lambda: self._gauges())
         self.interceptor = RpcMetricsInterceptor(self.metrics)
+        self.metrics_port = 0   # bound by start (0 = off)
+        self.status_port = 0
 
     def _gauges(self) -> ClusterGauges:
         if self._membership is None:
@@ -126,10 +128,12 @@ class MasterObservability:
         if exporter is not None:
             stack.callback(exporter.close)
             fields += ready_field("metrics", host, exporter.port)
+            self.metrics_port = exporter.port
         page = serve_status(host, status_port, cached(master_source(master)), refresh_s=STATUS_REFRESH_S)
         if page is not None:
             stack.callback(page.close)
             fields += ready_field("status", host, page.port)
+            self.status_port = page.port
         return fields
 
 
@@ -152,10 +156,15 @@ def mount_metrics(operations: object) -> MountMetrics:
     return metrics
 
 
-def start_endpoint(stack: contextlib.ExitStack, host: str, port: int, registry: CollectorRegistry) -> str:
-    """For the worker and the mount: the exporter if `port` is on; its ready-line field."""
+def start_exporter(stack: contextlib.ExitStack, host: str, port: int, registry: CollectorRegistry) -> int:
+    """The exporter if `port` is on (closed by `stack`); the port it is bound to, 0 when off."""
     exporter = serve_metrics(host, check_port(port, "--metrics-port"), registry)
     if exporter is None:
-        return ""
+        return 0
     stack.callback(exporter.close)
-    return ready_field("metrics", host, exporter.port)
+    return exporter.port
+
+
+def start_endpoint(stack: contextlib.ExitStack, host: str, port: int, registry: CollectorRegistry) -> str:
+    """For the worker and the mount: the exporter if `port` is on; its ready-line field."""
+    return ready_field("metrics", host, start_exporter(stack, host, port, registry))

@@ -1,7 +1,7 @@
 """Membership: RegisterWorker (identity, capacity, full block inventory), then Heartbeat every
 `heartbeat_interval_ms` with usage, counts (KV hits and misses included: the data plane's
-counters since the worker started, `WorkerState.lookups`) and the blocks evicted or found bad since
-the last beat.
+counters since the worker started, `WorkerState.lookups`), its metrics port (the master keeps it in
+memory only, so every beat carries it) and the blocks evicted or found bad since the last beat.
 
 Runs in a background thread with the generated sync stub; every call has a deadline. When the
 master is down the worker keeps serving data and retries with capped exponential backoff; block
@@ -79,6 +79,7 @@ class Advertised:
     unix_socket: str
     node: str
     lm_port: int = 0
+    metrics_port: int = 0   # Prometheus /metrics on `host`, 0 = off
 
 
 class Heartbeater:
@@ -113,6 +114,7 @@ class Heartbeater:
         hits, misses = self._state.lookups()
         return master_pb2.WorkerInfo(hits=hits, misses=misses, worker_id=a.worker_id, host=a.host, port=a.port, unix_socket=a.unix_socket,
                                      node=a.node, capacity=usage.capacity, used=usage.used,
+                                     metrics_port=a.metrics_port,
                                      available=usage.available, lm_port=a.lm_port, live=True,
                                      blocks=stats.blocks, objects=stats.objects, evictions=stats.evictions,
                                      free_space_ratio=reserve.free_space_ratio,
@@ -142,7 +144,7 @@ class Heartbeater:
         reserve = disk_reserve(self._store)
         hits, misses = self._state.lookups()
         request = master_pb2.HeartbeatRequest(
-            hits=hits, misses=misses,
+            hits=hits, misses=misses, metrics_port=self._advertised.metrics_port,
             worker_id=self._advertised.worker_id, capacity=usage.capacity, used=usage.used,
             available=usage.available, evicted_block_ids=evicted, bad_block_ids=bad, blocks=stats.blocks,
             objects=stats.objects, evictions=stats.evictions, free_space_ratio=reserve.free_space_ratio,

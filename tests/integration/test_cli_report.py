@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import pty
 import select
 import signal
 import subprocess
 import time
+import urllib.request
 
 from curvine_py.client import CurvineClient
 from curvine_py.procs import curvine_command
@@ -108,3 +110,38 @@ def test_watch_on_a_terminal_refreshes_in_place(cluster1: Cluster) -> None:
 def test_watch_needs_a_positive_interval(cluster1: Cluster) -> None:
     result = cli("report", "--master", cluster1.master_address, "--watch", "0")
     assert result.returncode == 2 and b"more than 0" in result.stderr
+
+
+def _port(field: str) -> int:
+    return int(field.rsplit(":", 1)[1])
+
+
+def test_metrics_ports_listed_in_the_report(tmp_path: pathlib.Path) -> None:
+    """Each worker tells the master its /metrics port (registration and every heartbeat), the
+    master adds its own /metrics and status ports: `report --json` lists them, the table shows
+    them, each answers, a worker without one says off, and a restarted master has them again from
+    the next heartbeat (they are not persisted)."""
+    with Cluster(tmp_path, workers=2, master_args=["--metrics-port", "-1", "--status-port", "-1"]) as cluster:
+        cluster.kill_worker(0)   # back with a /metrics port; worker 1 has none
+        cluster.start_worker(0, extra=["--metrics-port", "-1"])
+        cluster.wait_for_live_workers(2)
+        master = cluster.master
+        assert master is not None
+        worker_port = _port(cluster.workers[0].field("metrics"))   # type: ignore[union-attr]
+        report = report_json(cluster)
+        assert report["metricsPort"] == _port(master.field("metrics"))
+        assert report["statusPort"] == _port(master.field("status"))
+        ports = {w["workerId"]: w["metricsPort"] for w in report["workers"]}
+        assert ports == {cluster.worker_id(0): worker_port, cluster.worker_id(1): 0}
+        for port, path in ((worker_port, "/metrics"), (report["metricsPort"], "/metrics"), (report["statusPort"], "/")):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+                assert answer.status == 200
+        text = cli("report", "--master", cluster.master_address).stdout.decode()
+        assert f"master metrics {report['metricsPort']}  status page {report['statusPort']}" in text
+        rows = {line.split()[1]: line for line in text.splitlines() if line.startswith("│") and "127.0.0.1:" in line}
+        assert rows[cluster.worker_id(0)].rstrip("│ ").endswith(str(worker_port))
+        assert rows[cluster.worker_id(1)].rstrip("│ ").endswith("off")
+
+        cluster.restart_master()
+        wait_until(lambda: {w["workerId"]: w["metricsPort"] for w in report_json(cluster)["workers"]} == ports,
+                   15, "the heartbeats bring the metrics ports back")

@@ -354,7 +354,7 @@ class PolicyReply(_message.Message):
     def __init__(self, policy: _Optional[_Union[_common_pb2.Policy, _Mapping]] = ..., path: _Optional[str] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "host", "port", "unix_socket", "node", "capacity", "used", "available", "lm_port", "live", "last_heartbeat_ms", "blocks", "objects", "evictions", "free_space_ratio", "reserve_bytes", "fs_free_bytes", "hits", "misses")
+    __slots__ = ("worker_id", "host", "port", "unix_socket", "node", "capacity", "used", "available", "lm_port", "live", "last_heartbeat_ms", "blocks", "objects", "evictions", "free_space_ratio", "reserve_bytes", "fs_free_bytes", "hits", "misses", "metrics_port")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
@@ -374,6 +374,7 @@ class WorkerInfo(_message.Message):
     FS_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     HITS_FIELD_NUMBER: _ClassVar[int]
     MISSES_FIELD_NUMBER: _ClassVar[int]
+    METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     host: str
     port: int
@@ -393,7 +394,8 @@ class WorkerInfo(_message.Message):
     fs_free_bytes: int
     hits: int
     misses: int
-    def __init__(self, worker_id: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., unix_socket: _Optional[str] = ..., node: _Optional[str] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., lm_port: _Optional[int] = ..., live: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., blocks: _Optional[int] = ..., objects: _Optional[int] = ..., evictions: _Optional[int] = ..., free_space_ratio: _Optional[float] = ..., reserve_bytes: _Optional[int] = ..., fs_free_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ...) -> None: ...
+    metrics_port: int
+    def __init__(self, worker_id: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., unix_socket: _Optional[str] = ..., node: _Optional[str] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., lm_port: _Optional[int] = ..., live: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., blocks: _Optional[int] = ..., objects: _Optional[int] = ..., evictions: _Optional[int] = ..., free_space_ratio: _Optional[float] = ..., reserve_bytes: _Optional[int] = ..., fs_free_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., metrics_port: _Optional[int] = ...) -> None: ...
 
 class RegisterWorkerRequest(_message.Message):
     __slots__ = ("info", "block_ids")
@@ -418,7 +420,7 @@ class RegisterWorkerReply(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., lease_ms: _Optional[int] = ..., delete_block_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id", "capacity", "used", "available", "evicted_block_ids", "bad_block_ids", "blocks", "objects", "evictions", "free_space_ratio", "reserve_bytes", "fs_free_bytes", "hits", "misses")
+    __slots__ = ("worker_id", "capacity", "used", "available", "evicted_block_ids", "bad_block_ids", "blocks", "objects", "evictions", "free_space_ratio", "reserve_bytes", "fs_free_bytes", "hits", "misses", "metrics_port")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -433,6 +435,7 @@ class HeartbeatRequest(_message.Message):
     FS_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     HITS_FIELD_NUMBER: _ClassVar[int]
     MISSES_FIELD_NUMBER: _ClassVar[int]
+    METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     capacity: int
     used: int
@@ -447,7 +450,8 @@ class HeartbeatRequest(_message.Message):
     fs_free_bytes: int
     hits: int
     misses: int
-    def __init__(self, worker_id: _Optional[str] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., evicted_block_ids: _Optional[_Iterable[int]] = ..., bad_block_ids: _Optional[_Iterable[int]] = ..., blocks: _Optional[int] = ..., objects: _Optional[int] = ..., evictions: _Optional[int] = ..., free_space_ratio: _Optional[float] = ..., reserve_bytes: _Optional[int] = ..., fs_free_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ...) -> None: ...
+    metrics_port: int
+    def __init__(self, worker_id: _Optional[str] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., evicted_block_ids: _Optional[_Iterable[int]] = ..., bad_block_ids: _Optional[_Iterable[int]] = ..., blocks: _Optional[int] = ..., objects: _Optional[int] = ..., evictions: _Optional[int] = ..., free_space_ratio: _Optional[float] = ..., reserve_bytes: _Optional[int] = ..., fs_free_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., metrics_port: _Optional[int] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
     __slots__ = ("epoch", "reregister", "delete_block_ids")
@@ -470,7 +474,7 @@ class Membership(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class ClusterReport(_message.Message):
-    __slots__ = ("cluster_id", "epoch", "workers", "capacity", "used", "available", "files", "directories", "blocks", "dir_leases", "quotas", "replication")
+    __slots__ = ("cluster_id", "epoch", "workers", "capacity", "used", "available", "files", "directories", "blocks", "dir_leases", "quotas", "replication", "metrics_port", "status_port")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -483,6 +487,8 @@ class ClusterReport(_message.Message):
     DIR_LEASES_FIELD_NUMBER: _ClassVar[int]
     QUOTAS_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FIELD_NUMBER: _ClassVar[int]
+    METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_PORT_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     epoch: int
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
@@ -495,7 +501,9 @@ class ClusterReport(_message.Message):
     dir_leases: int
     quotas: _containers.RepeatedCompositeFieldContainer[Quota]
     replication: Replication
-    def __init__(self, cluster_id: _Optional[str] = ..., epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., files: _Optional[int] = ..., directories: _Optional[int] = ..., blocks: _Optional[int] = ..., dir_leases: _Optional[int] = ..., quotas: _Optional[_Iterable[_Union[Quota, _Mapping]]] = ..., replication: _Optional[_Union[Replication, _Mapping]] = ...) -> None: ...
+    metrics_port: int
+    status_port: int
+    def __init__(self, cluster_id: _Optional[str] = ..., epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., files: _Optional[int] = ..., directories: _Optional[int] = ..., blocks: _Optional[int] = ..., dir_leases: _Optional[int] = ..., quotas: _Optional[_Iterable[_Union[Quota, _Mapping]]] = ..., replication: _Optional[_Union[Replication, _Mapping]] = ..., metrics_port: _Optional[int] = ..., status_port: _Optional[int] = ...) -> None: ...
 
 class Replication(_message.Message):
     __slots__ = ("under_replicated", "lost", "surplus", "lost_files", "repaired_blocks", "repaired_bytes", "repair_failures", "repair_rate", "last_error")
