@@ -5,6 +5,8 @@
         c.fs.put("/local/file", "/remote/file")
         c.kv.put("key", b"bytes")
         data = c.kv.get("key")          # None on a miss
+
+Several masters: `CurvineClient("a:8995,b:8995")`; every call goes to the leader (rpc/leader.py).
 """
 from __future__ import annotations
 
