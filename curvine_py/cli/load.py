@@ -87,8 +87,13 @@ def main(argv: list[str]) -> int:
             plan = local_plan(os.path.abspath(args.local), target)   # local only: bad input changes nothing
             make_remote_dir(client, target)
             plan.directories_failed(make_remote_dirs(client, plan.dirs[1:]), target, "/")
-            with TreeProgress("load", len(plan.files), plan.total_bytes).shown() as progress:
-                outcome = run_copies(plan, uploader(client, args.force), jobs, progress)
+            try:
+                with TreeProgress("load", len(plan.files), plan.total_bytes).shown() as progress:
+                    outcome = run_copies(plan, uploader(client, args.force), jobs, progress)
+            except KeyboardInterrupt:
+                print("curvine-py load: interrupted; the same command again uploads only what is not there yet",
+                      file=sys.stderr)
+                return 130
         report_problems("load", outcome)
         if args.json:
             print(json.dumps({"local": args.local, "remote": target, **outcome.as_dict()}))

@@ -287,8 +287,13 @@ def run_copies(plan: Plan, copy: Copier, jobs: int, progress: TreeProgress) -> O
                 outcome.unchanged_bytes += item.size
         progress.file_done()
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="copy") as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="copy")
+    try:
         list(pool.map(one, plan.files))
+    finally:
+        # Ctrl-C: the copies not started are dropped; the ones in flight finish or fail (their
+        # temporary names keep a cut-off file from ever being seen), then the interrupt goes on.
+        pool.shutdown(wait=True, cancel_futures=True)
     outcome.copied.sort()
     outcome.unchanged.sort()
     outcome.failed.sort()

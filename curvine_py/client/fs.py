@@ -17,7 +17,7 @@ from curvine_py.client.master import MasterClient
 from curvine_py.client.types import DiskUsage, FileStatus, Quota
 from curvine_py.core import layout
 from curvine_py.core.errors import AlreadyExists, CurvineError, InvalidArgument, IsADirectory, NotFound
-from curvine_py.core.keys import split_path
+from curvine_py.core.keys import NAME_MAX, split_path
 from curvine_py.core.posix import ROOT_INO
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
@@ -36,6 +36,14 @@ def _umask() -> int:
 
 def normalize(path: str) -> str:
     return "/" + "/".join(split_path(path))
+
+
+def _stem(name: str, extra: int) -> str:
+    """`name` cut so that `extra` more bytes still make a legal name (NAME_MAX): a temporary name
+    beside a file with a long name must not fail where the file itself would not."""
+    while len(name.encode("utf-8", "surrogateescape")) + extra > NAME_MAX:
+        name = name[:-1]
+    return name
 
 
 def _local_checksum(source: io.BufferedIOBase, length: int, buffer: memoryview) -> int:
@@ -146,7 +154,7 @@ class FileSystem:
         committed: a failed put leaves nothing visible and an existing file as it was.
         `progress(n)` is called after each `n` bytes written (the CLI's progress bar)."""
         parent, name = self._parent(path)
-        temporary = f".{name}.put-{secrets.token_hex(6)}"
+        temporary = f".{_stem(name, len('..put-') + 12)}.put-{secrets.token_hex(6)}"
         with open(local_path, "rb") as source:
             attr = self.master.create(pb.CreateRequest(parent=parent, name=temporary, type=cpb.REGULAR,
                                                        mode=0o644, exclusive=True))
@@ -167,7 +175,8 @@ class FileSystem:
         """Downloads into a temporary file beside `local_path`, renamed over it on success: a
         failed get leaves no partial output. `progress(n)` is called after each `n` bytes read."""
         directory = os.path.dirname(os.path.abspath(local_path))
-        fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(local_path)}.", dir=directory)
+        # mkstemp adds 8 random characters after the prefix.
+        fd, temporary = tempfile.mkstemp(prefix=f".{_stem(os.path.basename(local_path), 10)}.", dir=directory)
         try:
             with self.open(path, "rb") as source, os.fdopen(fd, "wb") as target:
                 buffer = memoryview(bytearray(COPY_CHUNK))

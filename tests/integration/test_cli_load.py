@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import subprocess
 from collections.abc import Iterator
 
@@ -181,3 +182,46 @@ def test_progress_on_a_terminal_and_one_line_in_a_pipe(cluster: Cluster, tmp_pat
     assert piped.returncode == 0 and piped.stderr == b""
     lines = piped.stdout.decode().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"load {local} -> /p: uploaded 0 files (0 B), {len(files)} unchanged")
+
+
+def test_a_255_byte_name_loads_and_comes_back(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    """The temporary names of put and get are cut to fit: a name of NAME_MAX bytes copies both ways."""
+    local = tmp_path / "t"
+    local.mkdir()
+    name = "é" * 127 + "x"   # 255 bytes in UTF-8
+    (local / name).write_bytes(b"long")
+    done, summary = load(cluster, str(local), "/long")
+    assert done.returncode == 0 and summary["copied_files"] == [name], done.stderr
+    back = cli("fs", "--master", cluster.master_address, "get", "-r", "/long", str(tmp_path / "back"))
+    assert back.returncode == 0, back.stderr
+    assert (tmp_path / "back" / name).read_bytes() == b"long"
+
+
+def test_ctrl_c_stops_after_the_files_in_flight_and_the_rerun_resumes(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    local = tmp_path / "many"
+    files = {f"f-{i:02d}.bin": random_bytes(BLOCK * 2, seed=100 + i) for i in range(30)}
+    local.mkdir()
+    for rel, data in files.items():
+        (local / rel).write_bytes(data)
+    client = cluster.client()
+    proc = subprocess.Popen(curvine_command("load", "--master", cluster.master_address, "-j", "1",
+                                            str(local), "/many"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def loaded() -> int:
+        try:
+            return sum(1 for e in client.fs.ls("/many") if not e.path.rsplit("/", 1)[1].startswith("."))
+        except Exception:   # noqa: BLE001 - /many not made yet
+            return 0
+
+    wait_until(lambda: loaded() >= 2, 30, "two files loaded")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert b"interrupted; the same command again uploads only what is not there yet" in err
+    names = [e.path.rsplit("/", 1)[1] for e in client.fs.ls("/many")]
+    assert not [n for n in names if n.startswith(".")], names   # the file in flight finished or was taken back
+    assert len(names) < len(files), "stopped before the end"
+    rerun, summary = load(cluster, str(local), "/many")
+    assert rerun.returncode == 0 and summary["unchanged"] == len(names)
+    assert summary["copied"] == len(files) - len(names)
+    assert remote_tree(client, "/many") == files
