@@ -21,6 +21,7 @@ from curvine_py.csi.driver_settings import DriverSettings
 from curvine_py.csi.identity import DRIVER_NAME
 from curvine_py.csi.server import serve
 from curvine_py.csi.volumes import DEFAULT_BASE_PATH
+from curvine_py.observe.logs import add_log_format_flag, setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--recovery-interval", type=float, default=1.0,
                    help="seconds between looks for dead volume mounts (node; default 1)")
     p.add_argument("--log-level", default=os.environ.get("CURVINE_LOG_LEVEL", "INFO"))
+    add_log_format_flag(p)
     return p
 
 
@@ -68,7 +70,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def settings_from(argv: list[str]) -> tuple[str, DriverSettings, str]:
+def settings_from(argv: list[str]) -> tuple[str, DriverSettings, tuple[str, str | None]]:
+    """The endpoint, the driver's settings and (log level, log format)."""
     args = parse(argv)
     token = os.environ.get("CURVINE_TOKEN", "")
     if args.token_file:
@@ -81,18 +84,17 @@ def settings_from(argv: list[str]) -> tuple[str, DriverSettings, str]:
                               token=token, name=args.driver_name, base_path=args.base_path,
                               index_dir=args.index_dir, state_dir=args.state_dir, max_volumes=args.max_volumes,
                               mount_args=tuple(args.mount_arg), recovery_interval_s=args.recovery_interval)
-    return args.endpoint, settings, args.log_level
+    return args.endpoint, settings, (args.log_level, args.log_format)
 
 
 def main(argv: list[str]) -> int:
     try:
-        endpoint, settings, level = settings_from(argv)
+        endpoint, settings, (level, log_format) = settings_from(argv)
     except CurvineError as exc:
         print(f"curvine-py csi: {exc.message}", file=sys.stderr)
         return 2
     roles = "+".join(r for r, on in (("controller", settings.controller), ("node", settings.node)) if on)
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
-                        format=f"%(asctime)s %(levelname)s csi[{roles} {settings.node_id}] %(name)s: %(message)s")
+    setup_logging(f"csi-{roles}", settings.node_id, level, log_format)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

@@ -14,7 +14,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 from typing import Any
 
@@ -30,6 +29,7 @@ from curvine_py.master.service import MasterService, add_port, build_server
 from curvine_py.master.sessions import Sessions
 from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import StorageClass
+from curvine_py.observe.logs import add_log_format_flag, setup_logging
 from curvine_py.observe.roles import MasterObservability, add_metrics_flag, add_status_flag
 from curvine_py.rpc.tls import add_tls_options, tls_files
 
@@ -38,30 +38,6 @@ log = logging.getLogger(__name__)
 DB_FILE = engine.DB_FILE
 ADDR_FILE = "master.addr"
 STOP_GRACE_S = 2.0
-
-
-class _RoleFilter(logging.Filter):
-    """Stamps role and node on every record (the format prints them)."""
-
-    def __init__(self, role: str, node: str) -> None:
-        super().__init__()
-        self.role = role
-        self.node = node
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.role = self.role
-        record.node = self.node
-        return True
-
-
-def setup_logging(level: str, node: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_RoleFilter("master", node))
-    handler.setFormatter(logging.Formatter(
-        "%(asctime)s %(levelname)s %(role)s node=%(node)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -92,6 +68,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                          "e.g. 64MiB (0 = off; default 64MiB)")
     p.add_argument("--config", help="TOML file; its [master] table sets defaults")
     p.add_argument("--log-level", default=os.environ.get("CURVINE_LOG_LEVEL", "INFO"))
+    add_log_format_flag(p)
     add_metrics_flag(p)
     add_status_flag(p)
     return p.parse_args(argv)
@@ -247,7 +224,7 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    setup_logging(args.log_level, socket.gethostname())
+    setup_logging("master", socket.gethostname(), args.log_level, args.log_format)
     try:
         cfg = load_config(args)
         return serve(cfg, meta_url(args, cfg))

@@ -21,6 +21,7 @@ from types import FrameType
 from curvine_py import config
 from curvine_py.config import WorkerConfig
 from curvine_py.core.errors import CurvineError, InvalidArgument
+from curvine_py.observe.logs import add_log_format_flag, setup_logging
 from curvine_py.observe.metrics import WorkerMetrics
 from curvine_py.observe.roles import add_metrics_flag, ready_field, start_exporter, worker_metrics
 from curvine_py.rpc.tls import add_tls_options, server_context, tls_files
@@ -83,35 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--auth-timeout-s", type=float,
                    help="with a token: close a connection not authenticated in time (default 10)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    add_log_format_flag(p)
     add_metrics_flag(p)
     return p
 
 
-class _WorkerLogFilter(logging.Filter):
-    """Puts the worker id into every log line."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.worker_id = "-"
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.worker_id = self.worker_id
-        return True
-
-
-def _setup_logging(level: str) -> _WorkerLogFilter:
-    handler = logging.StreamHandler(sys.stderr)
-    tag = _WorkerLogFilter()
-    handler.addFilter(tag)
-    handler.setFormatter(logging.Formatter("%(asctime)s worker[%(worker_id)s] %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    return tag
-
-
 def load_config(args: argparse.Namespace) -> WorkerConfig:
-    flags = {k: v for k, v in vars(args).items() if k not in ("config", "log_level") and v is not None}
+    flags = {k: v for k, v in vars(args).items() if k not in ("config", "log_level", "log_format") and v is not None}
     for many in ("data_dirs", "lm_allow"):
         if many in flags:
             flags[many] = tuple(flags[many])
@@ -177,12 +156,13 @@ def start_lm_server(cfg: WorkerConfig, node: str, teardown: contextlib.ExitStack
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    tag = _setup_logging(args.log_level)
+    tag = setup_logging("worker", socket.gethostname(), args.log_level, args.log_format)
     try:
         cfg = load_config(args)
     except (CurvineError, OSError) as exc:
         print(f"curvine-py worker: {exc}", file=sys.stderr)
         return 2
+    tag.node = cfg.node or tag.node
 
     stop = threading.Event()
 

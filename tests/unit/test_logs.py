@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import json
 import logging
+import pathlib
 
 import pytest
 
 from curvine_py.observe import logs
+from tests.harness import Cluster
 
 
 def _emit(capsys: pytest.CaptureFixture[str], log_format: str, *, worker_id: str = "") -> str:
@@ -45,3 +47,21 @@ def test_format_from_env_and_bad_values(monkeypatch: pytest.MonkeyPatch) -> None
     assert logs.parse_format("text") == "text"      # a flag beats the env
     with pytest.raises(ValueError, match="expected one of text, json"):
         logs.parse_format("yaml")
+
+
+def test_master_and_worker_processes_log_json_lines(tmp_path: pathlib.Path) -> None:
+    """A real master and worker with --log-format json: every stderr line is one JSON object."""
+    with Cluster(tmp_path, workers=1, master_args=["--log-format", "json"],
+                 worker_args=["--log-format", "json"]) as cluster:
+        cluster.wait_for_live_workers(1)
+        master, worker = cluster.master, cluster.workers[0]
+        assert master is not None and worker is not None
+        for process, role in ((master, "master"), (worker, "worker")):
+            logged = [line for line in process.tail if line.startswith("{")]
+            assert logged, list(process.tail)
+            records = [json.loads(line) for line in logged]
+            assert {r["role"] for r in records} == {role}
+            assert all(r["level"] in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL") for r in records)
+            # Nothing else but the ready line (stdout) shares the stream.
+            assert all(line.startswith(("{", f"{role}=")) for line in process.tail), list(process.tail)
+        assert any(r.get("worker_id") for r in map(json.loads, (x for x in worker.tail if x.startswith("{"))))
