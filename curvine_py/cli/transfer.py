@@ -26,11 +26,15 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from curvine_py.cli.common import human_bytes
 from curvine_py.client import CurvineClient
 from curvine_py.core.errors import CurvineError, InvalidArgument, errno_name
 from curvine_py.core.keys import validate_name
+
+if TYPE_CHECKING:   # rich is imported only when a bar is drawn
+    from rich.progress import Progress, TaskID
 
 # Copies in flight by default: each is mostly waiting on a socket or a disk, so twice the cores,
 # bounded so a big machine does not open dozens of connections per worker.
@@ -201,8 +205,8 @@ class TreeProgress:
         self._done = 0
         self._failed = 0
         self._lock = threading.Lock()
-        self._bar: object | None = None
-        self._task: object | None = None
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
         self._total = total_bytes
 
     def _description(self) -> str:
@@ -229,16 +233,16 @@ class TreeProgress:
             yield self
 
     def advance(self, n: int) -> None:
-        if self._bar is not None:
-            self._bar.advance(self._task, n)   # type: ignore[attr-defined]
+        if self._bar is not None and self._task is not None:
+            self._bar.advance(self._task, n)
 
     def file_done(self, failed: bool = False) -> None:
         with self._lock:
             self._done += 1
             self._failed += failed
             description = self._description()
-        if self._bar is not None:
-            self._bar.update(self._task, description=description)   # type: ignore[attr-defined]
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, description=description)
 
 
 def error_text(exc: BaseException) -> str:
