@@ -9,9 +9,10 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import ssl
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from curvine_py.core import frames
 from curvine_py.core.errors import ProtocolError, Timeout, Unavailable
@@ -46,6 +47,98 @@ def discard(sock: socket.socket, count: int) -> None:
         count -= n
 
 
+# Bytes asked of the kernel when a frame head is read: a head (prefix + header, ~100-300 bytes) and,
+# for a small object, its payload come in one recv; a large payload's first few KiB then go through
+# this buffer (a copy of at most this much) and the rest straight into the caller's.
+HEAD_READ = 8192
+
+
+class ReadAhead:
+    """Reads a framed stream through a small buffer: one `recv` usually brings a whole frame head
+    (the prefix and header used to take two) and, for small objects or pipelined requests, what
+    follows it. Payloads are then taken from the buffer first and straight from the socket after
+    (`read_into`, `discard`), so bulk bytes still land in the caller's buffer without a copy.
+    The waits are the socket's (a kernel or Python timeout set by the owner)."""
+
+    def __init__(self, sock: socket.socket, capacity: int = HEAD_READ) -> None:
+        self.sock = sock
+        self._buffer = bytearray(max(capacity, frames.PREFIX_SIZE))
+        self._view = memoryview(self._buffer)
+        self._start = self._end = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet consumed."""
+        return self._end - self._start
+
+    def _room(self, count: int) -> None:
+        """Makes room for `count` more bytes after the buffered ones (moved to the front, or the
+        buffer grown for a header larger than it)."""
+        have = self._end - self._start
+        if not have:
+            self._start = self._end = 0
+        if self._end + count <= len(self._buffer):
+            return
+        if have + count > len(self._buffer):
+            grown = bytearray(have + count)
+            grown[:have] = self._view[self._start:self._end]
+            self._buffer, self._view = grown, memoryview(grown)
+        else:
+            self._view[:have] = self._view[self._start:self._end]
+        self._start, self._end = 0, have
+
+    def receive_some(self) -> int:
+        """One `recv` into the free part of the buffer (emptied first when nothing is buffered);
+        returns the bytes received (0 = EOF)."""
+        self._room(1)
+        n = self.sock.recv_into(self._view[self._end:], len(self._buffer) - self._end)
+        self._end += n
+        return n
+
+    def take(self, count: int, fill: Callable[[memoryview], None] | None = None) -> memoryview:
+        """The next `count` bytes (a view into the buffer, valid until the next read). Missing
+        bytes come from `fill(view)` (which must fill `view` exactly) or else from `recv`s that
+        may read ahead."""
+        missing = count - (self._end - self._start)
+        if missing > 0:
+            self._room(missing)
+            if fill is not None:
+                fill(self._view[self._end:self._end + missing])
+                self._end += missing
+            else:
+                while self._end - self._start < count:
+                    n = self.sock.recv_into(self._view[self._end:], len(self._buffer) - self._end)
+                    if n == 0:
+                        raise Unavailable(f"connection closed inside a frame ({self._end - self._start} "
+                                          f"of {count} bytes)")
+                    self._end += n
+        start = self._start
+        self._start += count
+        return self._view[start:start + count]
+
+    def head(self, *, max_payload: int, expect_response: bool) -> tuple[frames.FramePrefix, DataHeader]:
+        """Prefix + header; the caller then owns the next `prefix.payload_length` bytes."""
+        prefix = frames.decode_prefix(self.take(frames.PREFIX_SIZE), max_payload=max_payload,
+                                      expect_response=expect_response)
+        header = frames.decode_header(self.take(prefix.header_length)) if prefix.header_length else DataHeader()
+        return prefix, header
+
+    def read_into(self, view: memoryview) -> None:
+        """Fills `view`: buffered bytes first, then straight from the socket."""
+        got = min(len(view), self._end - self._start)
+        if got:
+            view[:got] = self._view[self._start:self._start + got]
+            self._start += got
+        if got < len(view):
+            recv_exactly_into(self.sock, view[got:])
+
+    def discard(self, count: int) -> None:
+        got = min(count, self._end - self._start)
+        self._start += got
+        if count > got:
+            discard(self.sock, count - got)
+
+
 def read_head(sock: socket.socket, *, max_payload: int,
               expect_response: bool) -> tuple[frames.FramePrefix, DataHeader]:
     """Reads prefix + header; the caller then owns the next `prefix.payload_length` bytes."""
@@ -56,24 +149,40 @@ def read_head(sock: socket.socket, *, max_payload: int,
     return prefix, header
 
 
+def send_all(sock: socket.socket, pieces: Sequence[bytes | bytearray | memoryview]) -> None:
+    """Sends every piece, in order, with as few `sendmsg` calls as the kernel allows (one, unless
+    the socket buffer fills): a head and its payload leave in one syscall without being copied
+    into one buffer first."""
+    if isinstance(sock, ssl.SSLSocket):   # no sendmsg on TLS: one record per piece
+        for piece in pieces:
+            sock.sendall(piece)
+        return
+    views = [memoryview(piece).cast("B") for piece in pieces if len(piece)]
+    while views:
+        sent = sock.sendmsg(views)
+        while views and sent >= len(views[0]):
+            sent -= len(views[0])
+            views.pop(0)
+        if sent:
+            views[0] = views[0][sent:]
+
+
 def send_frame(sock: socket.socket, op: frames.Op, request_id: int, header: DataHeader,
                payload: bytes | bytearray | memoryview | None = None, *, response: bool = False) -> None:
     length = len(payload) if payload is not None else 0
     head = frames.encode(op, request_id, header, length, response=response)
     if payload is not None and length:
-        if length <= 64 * 1024:
-            sock.sendall(head + bytes(payload))  # one segment for small objects
-        else:
-            sock.sendall(head)
-            sock.sendall(payload)
+        send_all(sock, [head, payload])
     else:
         sock.sendall(head)
 
 
 def send_frame_from_file(sock: socket.socket, op: frames.Op, request_id: int, header: DataHeader,
                          fd: int, offset: int, count: int) -> None:
-    """A response whose payload is `count` bytes of an open file: zero-copy `os.sendfile`."""
-    sock.sendall(frames.encode(op, request_id, header, count, response=True))
+    """A response whose payload is `count` bytes of an open file: zero-copy `os.sendfile`. The
+    head is corked (MSG_MORE) so it leaves in the payload's first segment: the receiver wakes up
+    once for both, not for a 100-byte head and then again for the bytes."""
+    sock.sendall(frames.encode(op, request_id, header, count, response=True), socket.MSG_MORE)
     sent = 0
     out = sock.fileno()
     while sent < count:
@@ -227,3 +336,29 @@ class HeadReader:
                 got += n
         finally:
             set_recv_timeout(self._sock, self._wait_s)
+
+
+class RequestReader(HeadReader):
+    """A server connection's requests through a ReadAhead buffer, under HeadReader's limits: the
+    first recv of a request reads as much as has arrived (a whole head, a small payload, the next
+    pipelined requests), the rest of its head comes under the header deadline."""
+
+    def __init__(self, sock: socket.socket, *, wait_s: float, header_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(sock, wait_s=wait_s, header_s=header_s, clock=clock)
+        self.ahead = ReadAhead(sock)
+
+    def next_request(self) -> bool:
+        """Waits (at most `wait_s`) for the start of the next request: False on EOF before it."""
+        if not self.ahead.buffered:
+            try:
+                if not self.ahead.receive_some():
+                    return False
+            except BlockingIOError:
+                raise Timeout(f"idle for {self._wait_s:g} s") from None
+        self._deadline = self._clock() + self._header_s if self._header_s > 0 else 0.0
+        return True
+
+    def take_head(self, count: int) -> memoryview:
+        """`count` bytes of the request's head (what is missing arrives before the header deadline)."""
+        return self.ahead.take(count, self.more)
