@@ -176,7 +176,8 @@ class KVClient:
         per-request work overlaps the previous payload), and all owners run at once. Every object
         is verified as in get(). A key its first owner did not serve (a miss, an error, an owner
         that cannot be reached within the deadline) then goes along its other owners as get()
-        does."""
+        does, skipping every owner that failed during this batch: a hung owner costs the batch
+        one deadline, not one more per key it holds a replica of."""
         if outs is not None and len(outs) != len(keys):
             raise InvalidArgument(f"{len(keys)} keys but {len(outs)} buffers")
         for key in keys:
@@ -197,6 +198,7 @@ class KVClient:
             batches += [(view.workers[worker_id], indexes[s::streams]) for s in range(streams)]
 
         mistakes: list[InvalidArgument] = []
+        failed: set[str] = set()     # owners that failed in this batch (set.add is atomic)
 
         def run(worker: WorkerAddress, indexes: list[int]) -> None:
             headers = [DataHeader(key=keys[i], epoch=view.epoch) for i in indexes]
@@ -205,6 +207,7 @@ class KVClient:
                                              whole=True, deadline_s=self.deadline_s)
             except _FAILOVER as exc:
                 self._suspects.mark(worker.worker_id)
+                failed.add(worker.worker_id)
                 log.info("batched get: owner %s failed (%s), trying the next", worker.worker_id, exc)
                 return
             self._suspects.clear(worker.worker_id)
@@ -226,9 +229,11 @@ class KVClient:
         results: list[tuple[memoryview, bytes] | None] = []
         for index, key in enumerate(keys):
             hit = found[index]
-            if hit is None:     # the rest of its owners, as get() goes (its first owner skipped)
-                skip = (view, asked[index]) if asked[index] is not None else None
-                reply, data = self._with_view(functools.partial(self._get, key, out=targets[index], skip=skip),
+            if hit is None:     # the rest of its owners, as get() goes (not those asked or failed)
+                first_asked = asked[index]
+                skip = frozenset(() if first_asked is None else (first_asked,))
+                reply, data = self._with_view(functools.partial(self._get, key, out=targets[index], skip=skip,
+                                                                failed=failed),
                                               on_stale=self._stale_miss)
                 hit = None if data is None else (reply, data)
             results.append(None if hit is None else (hit[1], bytes(hit[0].user_meta)))
@@ -244,28 +249,30 @@ class KVClient:
                 self._batch_pool = ThreadPoolExecutor(max_workers=BATCH_THREADS, thread_name_prefix="kv-batch")
             return self._batch_pool
 
-    def _get(self, key: str, view: View, out: memoryview | None,
-             skip: tuple[View, str | None] | None = None) -> tuple[DataHeader, memoryview | None]:
-        """Tries the key's owners in turn. `skip`: (view, worker id) of an owner already asked on
-        that view (a batched get): not asked again on it."""
+    def _get(self, key: str, view: View, out: memoryview | None, skip: frozenset[str] = frozenset(),
+             failed: set[str] | None = None) -> tuple[DataHeader, memoryview | None]:
+        """Tries the key's owners in turn. A batched get passes `skip` (the owner already asked
+        for this key) and `failed` (owners that failed during the batch: not tried, and one that
+        fails here is added)."""
         header = DataHeader(key=key, epoch=view.epoch)
-        miss = DataHeader(found=False)
         owners = self._suspects.order(self.read_owners(key, view), _worker_id)
-        if skip is not None and skip[0] is view:
-            owners = [w for w in owners if w.worker_id != skip[1]]
         for worker in owners:
+            if worker.worker_id in skip or (failed and worker.worker_id in failed):
+                continue
             try:
                 reply, data = self._io.read(worker, frames.Op.GET, header, out, whole=True,
                                             deadline_s=self.deadline_s)
             except _FAILOVER as exc:
                 if not isinstance(exc, Corrupt):
                     self._suspects.mark(worker.worker_id)
+                    if failed is not None:
+                        failed.add(worker.worker_id)
                 log.info("get %s: owner %s failed (%s), trying the next", key, worker.worker_id, exc)
                 continue
             self._suspects.clear(worker.worker_id)
             if data is not None:
                 return reply, data
-        return miss, None
+        return DataHeader(found=False), None
 
     def exists(self, key: str) -> bool:
         return self.exists_prefix([key]) == 1

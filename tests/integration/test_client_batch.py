@@ -3,8 +3,11 @@ asks all owners at once; results come back in key order, verified, misses as Non
 killed mid-batch costs nothing but its own keys' detour to a replica."""
 from __future__ import annotations
 
+import os
 import pathlib
+import signal
 import threading
+import time
 
 import pytest
 
@@ -70,3 +73,56 @@ def test_an_owner_killed_mid_batch_costs_only_a_detour_to_the_replica(tmp_path: 
                       if g is None or bytes(g) != values[key]]
         killer.join(60)
         assert wrong == []
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_a_lost_single_copy_owner_mid_batch_is_a_miss_for_its_keys_only(tmp_path: pathlib.Path, fault: str) -> None:
+    """One copy per key (replicas 1): an owner killed (kill -9) or hung (SIGSTOP: connections
+    accepted by the kernel, never answered) while batches run. Its keys come back as misses or
+    as their exact bytes (a result that arrived before the fault), every other key exactly, and a
+    batch ends within a bound set by the KV deadline, not by the 60 s bulk timeout."""
+    deadline_s = 1.0
+    with Cluster(tmp_path, workers=3) as cluster:
+        kv = cluster.client(kv_replicas=1, kv_deadline_s=deadline_s, data_timeout_s=60.0).kv
+        values = {f"lost-{i}": random_bytes(1 * MiB + i, seed=100 + i) for i in range(24)}
+        for key, data in values.items():
+            kv.put(key, data)
+        victim = cluster.worker_id(0)
+        on_victim = {k for k in values if kv.owners(k)[0].worker_id == victim}
+        assert on_victim and len(on_victim) < len(values)
+        # Never stored, ranked second on the victim: a miss at their first owner sends them on to it.
+        absent = [k for k in (f"absent-{i}" for i in range(200))
+                  if [w.worker_id for w in kv.owners(k)].index(victim) == 1][:4]
+        keys = [*values, *absent]
+        assert [bytes(g or b"") for g in kv.get_many(keys)] == [*values.values(), *[b""] * len(absent)]
+        worker = cluster.workers[0]
+        assert worker is not None
+        pid = worker.process.pid
+        started = threading.Event()
+        fault_at = threading.Thread(target=lambda: (started.wait(60), os.kill(
+            pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)))
+        fault_at.start()
+        try:
+            wrong: list[str] = []
+            durations: list[float] = []
+            for round_ in range(4):
+                began = time.monotonic()
+                started.set()
+                got = kv.get_many(keys)
+                durations.append(time.monotonic() - began)
+                assert got[len(values):] == [None] * len(absent)
+                for key, g in zip(values, got[:len(values)], strict=True):
+                    if g is None and key in on_victim:
+                        continue       # the lost owner's key: a miss
+                    if g is None or bytes(g) != values[key]:
+                        wrong.append(f"round {round_} {key}: {'miss' if g is None else 'wrong bytes'}")
+                fault_at.join(60)
+            assert wrong == []
+            last = kv.get_many(list(values))   # the fault is in effect: the lost owner's keys miss
+            assert {k for k, g in zip(values, last, strict=True) if g is None} == on_victim
+            # A hung owner costs a batch at most one deadline (its streams time out together and
+            # no other key waits for it again in that batch), never the 60 s bulk timeout.
+            assert max(durations) < 1.5 * deadline_s + 0.2, durations
+        finally:
+            if fault == "stop":
+                os.kill(pid, signal.SIGCONT)

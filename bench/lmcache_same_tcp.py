@@ -1,0 +1,342 @@
+"""`python -m bench.lmcache_same_tcp`: the native plugin against LMCache's stock `lm://` server with
+the same TCP settings, single gets and batched gets apart; and `fs://` over the mount, cold and warm.
+
+Part A (issue 14, "peers run under the same TCP settings as ours"): the curvine worker and the stock
+server both run in one network namespace (tests/netns.py: a veth link through a bridge) whose
+`net.ipv4.tcp_congestion_control` is set to CC (a namespace has its own; the servers send the
+bytes of a get, so theirs is the setting that counts), the LMCache client in the root namespace,
+each CC of --cc in its own namespace. Across a veth link our sockets keep the namespace's default
+(transport/blocking.py switches only loopback connections to Reno), so both servers then run
+with the same congestion control. Per sample, on fresh keys stored first (untimed):
+    single   `RemoteBackend.get_blocking(key)` for each of the `count` keys, one after another
+    batched  `RemoteBackend.batched_get_blocking(keys)` (LMCache's retrieve path)
+every chunk verified against its source after the clock stops; the two orders alternate per
+repeat and the backends rotate. Ratios are stock time / native time per repeat, medians.
+
+Part B, on loopback (mount, worker and client on one host; the mount's node name is not the
+worker's: its data plane is TCP): chunks stored through one mount (node "bench-writer"), then read
+by LMCache's `fs://` connector through another mount (node "bench-client"): the first read on that
+node is cold (nothing of the chunk in its kernel cache), the second is warm (unchanged chunks: the
+mount keeps the page cache across opens). Beside them, the native plugin's batched get of the same
+number of chunks in the same repeat.
+
+Writes bench/results/lmcache-same-tcp.json and its section of docs/benchmarks.md (`--quick`: a
+.quick.json and no doc).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from bench import common
+from bench.lmcache import LLAMA_8B, TOKEN, chunk_bytes, plugin_entry
+
+NAME = "lmcache-same-tcp"
+TARGETS = {"single": 1.0, "batched": 1.5, "fs_cold": 0.5, "fs_warm": 1.0}
+
+
+# -- the measuring child (real LMCache objects) --------------------------------------------------
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    import asyncio
+    import threading
+
+    import torch
+    import xxhash
+    from lmcache.utils import CacheEngineKey
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache.v1.metadata import LMCacheMetadata
+    from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
+    from lmcache.v1.storage_backend.remote_backend import RemoteBackend
+
+    geometry, count, repeats = spec["geometry"], int(spec["count"]), int(spec["repeats"])
+    size = chunk_bytes(geometry)
+    md = LMCacheMetadata(model_name=geometry["model"], world_size=1, local_world_size=1, worker_id=0,
+                         local_worker_id=0, kv_dtype=torch.bfloat16,
+                         kv_shape=(geometry["layers"], 2, 256, geometry["kv_heads"], geometry["head_dim"]),
+                         chunk_size=256)
+    cpu_gb = (3 * count + 2) * size / 1e9 + 0.2
+    base = LMCacheEngineConfig.from_defaults(chunk_size=256, local_cpu=False, max_local_cpu_size=cpu_gb,
+                                             remote_serde="naive")
+    cpu = LocalCPUBackend(base, md, dst_device="cpu")
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True, name="lmcache-loop").start()
+    sources = []
+    for index in range(count):
+        obj = cpu.allocate(md.get_shapes(), md.get_dtypes())
+        assert obj is not None and obj.tensor is not None
+        gen = torch.Generator().manual_seed(2000 + index)
+        obj.tensor.view(torch.uint8).view(-1).copy_(torch.randint(0, 256, (size,), dtype=torch.uint8, generator=gen))
+        sources.append(obj)
+    digests = [xxhash.xxh3_64_intdigest(memoryview(obj.byte_array).cast("B")) for obj in sources]
+
+    def build(entry: dict[str, Any]) -> RemoteBackend:
+        config = LMCacheEngineConfig.from_defaults(
+            chunk_size=256, local_cpu=False, max_local_cpu_size=cpu_gb, remote_serde="naive",
+            remote_url=entry.get("url"), remote_storage_plugins=entry.get("plugins"),
+            extra_config=entry.get("extra_config"))
+        plugin = entry["plugins"][0] if entry.get("plugins") else None
+        backend = RemoteBackend(config, md, loop, cpu, dst_device="cpu", plugin_name=plugin)
+        if backend.connection is None:
+            raise RuntimeError(f"{entry['name']}: LMCache created no connection")
+        return backend
+
+    backends = {entry["name"]: build(entry) for entry in spec["backends"]}
+    writers = {entry["name"]: backends[entry["writer"]] for entry in spec["backends"] if entry.get("writer")}
+    serial = iter(range(1, 1 << 62))
+
+    def put(name: str) -> list[Any]:
+        salt = next(serial) << 8
+        keys = [CacheEngineKey(geometry["model"], 1, 0, salt + i, torch.bfloat16) for i in range(count)]
+        done = threading.Semaphore(0)
+        writers.get(name, backends[name]).batched_submit_put_task(keys, sources,
+                                                                  on_complete_callback=lambda _k: done.release())
+        for _ in keys:
+            if not done.acquire(timeout=120):
+                raise TimeoutError(f"{name}: put did not complete")
+        deadline = time.monotonic() + 30
+        while not backends[name].contains(keys[-1]):   # visible to the reader (lm:// puts have no reply)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name}: the last chunk put is not visible")
+            time.sleep(0.01)
+        return keys
+
+    def check(name: str, got: list[Any]) -> None:
+        try:
+            for index, obj in enumerate(got):
+                if obj is None:
+                    raise RuntimeError(f"{name}: chunk {index} missing on get")
+                if xxhash.xxh3_64_intdigest(memoryview(obj.byte_array).cast("B")) != digests[index]:
+                    raise RuntimeError(f"{name}: chunk {index} came back different")
+        finally:
+            for obj in got:
+                if obj is not None:
+                    obj.ref_count_down()
+
+    def timed(name: str, how: str, keys: list[Any]) -> float:
+        backend = backends[name]
+        t0 = time.perf_counter()
+        got = [backend.get_blocking(k) for k in keys] if how == "single" else backend.batched_get_blocking(keys)
+        seconds = time.perf_counter() - t0
+        check(name, got)
+        return seconds
+
+    def sample(name: str, r: int) -> dict[str, float]:
+        keys = put(name)
+        try:
+            if name in writers:     # fs://: written through another mount, read here twice
+                return {"cold_s": timed(name, "batched", keys), "warm_s": timed(name, "batched", keys)}
+            order = ("single", "batched") if r % 2 == 0 else ("batched", "single")
+            return {f"{how}_s": timed(name, how, keys) for how in order}
+        finally:
+            for key in keys:
+                with contextlib.suppress(Exception):
+                    writers.get(name, backends[name]).connection.remove_sync(key)
+
+    for name in backends:     # warm-up: connections, pools, server allocations
+        sample(name, 0)
+    out: dict[str, Any] = {"chunk_bytes": size, "count": count, "backends": {name: [] for name in backends}}
+    names = list(backends)
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            out["backends"][name].append(sample(name, r))
+        print(f"  repeat {r + 1}/{repeats} done", file=sys.stderr, flush=True)
+    return out
+
+
+def child_main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    result_fd = os.dup(1)
+    os.dup2(2, 1)    # LMCache prints on stdout; ours carries one JSON line
+    try:
+        result, code = {"ok": True, **child(spec)}, 0
+    except BaseException as exc:  # noqa: BLE001 - the parent always gets a JSON line
+        import traceback
+        traceback.print_exc()
+        result, code = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, 1
+    os.write(result_fd, (json.dumps(result) + "\n").encode())
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run_child(spec: dict[str, Any], timeout: float = 1800.0) -> dict[str, Any]:
+    from tests.lmcache.harness import lmcache_env
+
+    proc = subprocess.run([sys.executable, "-m", "bench.lmcache_same_tcp", "--child", json.dumps(spec)],
+                          cwd=common.REPO, env=lmcache_env(), stdout=subprocess.PIPE, text=True, timeout=timeout,
+                          check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    result: dict[str, Any] = json.loads(lines[-1]) if lines else {"ok": False, "error": "no JSON line"}
+    if not result.get("ok"):
+        raise SystemExit(f"bench child failed (rc={proc.returncode}): {result.get('error')}")
+    return result
+
+
+# -- the setups ------------------------------------------------------------------------------------
+def same_tcp(root: pathlib.Path, args: Any, cc: str) -> dict[str, Any]:
+    """Part A with congestion control `cc` in the servers' namespace."""
+    from curvine_py.procs import curvine_command, start
+    from tests.harness import Cluster
+    from tests.lmcache.harness import StockLMServer
+    from tests.netns import network_namespaces
+
+    with contextlib.ExitStack() as stack:
+        lab = stack.enter_context(network_namespaces(1))
+        ns = lab[0]
+        ns.run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={cc}"], check=True)
+        set_to = ns.run(["sysctl", "-n", "net.ipv4.tcp_congestion_control"], check=True,
+                        capture_output=True, text=True).stdout.strip()
+        if set_to != cc:
+            raise SystemExit(f"namespace congestion control is {set_to!r}, not {cc!r}")
+        cluster = stack.enter_context(Cluster(root / f"cluster-{cc}", workers=0, token=TOKEN, host=lab.root_address))
+        data = root / f"worker-{cc}"
+        data.mkdir(parents=True)
+        worker = start(f"worker-{cc}", [*ns.prefix, *curvine_command(
+            "worker", "--master", cluster.master_address, "--data-dir", str(data), "--host", ns.address,
+            "--port", "0", "--node", "ns-worker", "--token", TOKEN, "--lm-port", "-1")], ready_prefix="worker=")
+        stack.callback(worker.stop)
+        cluster.wait_for_live_workers(1)
+        stock = stack.enter_context(StockLMServer(host=ns.address, prefix=ns.prefix))
+        backends = [plugin_entry("native", cluster.master_address, node="bench-client", token=TOKEN),
+                    {"name": "lm_stock", "url": stock.url}]
+        spec = {"geometry": LLAMA_8B, "count": args.count, "repeats": args.repeats, "backends": backends}
+        print(f"same TCP ({cc}): native vs stock lm, {args.count} x {chunk_bytes(LLAMA_8B) >> 20} MiB, "
+              f"{args.repeats} repeats", file=sys.stderr, flush=True)
+        return {"cc": cc, **run_child(spec)}
+
+
+def fs_rows(root: pathlib.Path, args: Any) -> dict[str, Any]:
+    """Part B: fs:// over the mount, cold and warm, beside the native plugin, on loopback."""
+    from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+    from tests.fuse.mounts import Mount
+    from tests.harness import Cluster
+
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(Cluster(root / "cluster-fs", workers=1, node_names=["bench-worker"]))
+        cluster.wait_for_live_workers(1)
+        client = cluster.client()
+        client.fs.mkdir("/lmcache")
+        client.fs.set_policy("/lmcache", cpb.Policy(storage_class=cpb.CACHE))
+        writer_mnt, reader_mnt = root / "mnt-writer", root / "mnt-reader"
+        stack.enter_context(Mount(cluster.master_address, writer_mnt, args=["--node", "bench-writer"]))
+        stack.enter_context(Mount(cluster.master_address, reader_mnt, args=["--node", "bench-client"]))
+        backends = [plugin_entry("native", cluster.master_address, node="bench-client"),
+                    {"name": "fs_write", "url": f"fs://localhost:0{writer_mnt}/lmcache"},
+                    {"name": "fs_read", "url": f"fs://localhost:0{reader_mnt}/lmcache", "writer": "fs_write"}]
+        spec = {"geometry": LLAMA_8B, "count": args.count, "repeats": args.repeats, "backends": backends}
+        print(f"fs:// cold/warm vs native on loopback, {args.count} x {chunk_bytes(LLAMA_8B) >> 20} MiB, "
+              f"{args.repeats} repeats", file=sys.stderr, flush=True)
+        result = run_child(spec)
+        result["backends"].pop("fs_write", None)   # only the writer of fs_read's chunks
+        return result
+
+
+# -- report ------------------------------------------------------------------------------------------
+def summarize(part_a: list[dict[str, Any]], part_b: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"same_tcp": {}, "fs": None}
+    for run in part_a:
+        native, stock = run["backends"]["native"], run["backends"]["lm_stock"]
+        nbytes = run["chunk_bytes"] * run["count"]
+        row: dict[str, Any] = {}
+        for how in ("single", "batched"):
+            row[how] = {
+                "native_ms": common.median(s[f"{how}_s"] * 1e3 for s in native),
+                "stock_ms": common.median(s[f"{how}_s"] * 1e3 for s in stock),
+                "native_gbps": common.median(common.gbps(nbytes, s[f"{how}_s"]) for s in native),
+                "stock_gbps": common.median(common.gbps(nbytes, s[f"{how}_s"]) for s in stock),
+                "ratio": common.median(b[f"{how}_s"] / a[f"{how}_s"] for a, b in zip(native, stock, strict=True)),
+            }
+        out["same_tcp"][run["cc"]] = row
+    if part_b is not None:
+        native, fs = part_b["backends"]["native"], part_b["backends"]["fs_read"]
+        nbytes = part_b["chunk_bytes"] * part_b["count"]
+        out["fs"] = {
+            "native_batched_gbps": common.median(common.gbps(nbytes, s["batched_s"]) for s in native),
+            **{f"{how}_gbps": common.median(common.gbps(nbytes, s[f"{how}_s"]) for s in fs) for how in ("cold", "warm")},
+            **{f"{how}_ratio": common.median(a["batched_s"] / b[f"{how}_s"] for a, b in zip(native, fs, strict=True))
+               for how in ("cold", "warm")},
+        }
+    return out
+
+
+def _verdict(value: float, target: float) -> str:
+    return f"{value:.2f}x (target >= {target:g}x: {'met' if value >= target else '**missed**'})"
+
+
+def render(payload: dict[str, Any]) -> str:
+    s, p = payload["summary"], payload["parameters"]
+    mib = chunk_bytes(LLAMA_8B) >> 20
+    lines = [
+        "## LMCache with the same TCP settings: native plugin vs the stock lm:// server; fs:// cold and warm",
+        "",
+        common.machine_line(payload["machine"]),
+        "",
+        (f"`python -m bench.lmcache_same_tcp` (module docstring). {p['count']} chunks of {mib} MiB per sample, "
+         f"medians of {p['repeats']} repeats. Both servers in one network namespace whose "
+         "`net.ipv4.tcp_congestion_control` is set to the row's value, the LMCache client in the root namespace "
+         "across a veth link; single = `get_blocking` of each chunk in turn, batched = `batched_get_blocking` "
+         "of all of them; every chunk verified after the clock stops. Ratio = stock time / native time, median "
+         "of per-repeat ratios."),
+        "",
+        common.table(["servers' congestion control", "get", "native ms", "stock lm ms", "native GB/s", "stock GB/s",
+                      "native vs stock"],
+                     [[cc, how, f"{r[how]['native_ms']:.1f}", f"{r[how]['stock_ms']:.1f}",
+                       f"{r[how]['native_gbps']:.2f}", f"{r[how]['stock_gbps']:.2f}",
+                       _verdict(r[how]["ratio"], TARGETS[how])]
+                      for cc, r in s["same_tcp"].items() for how in ("single", "batched")]),
+    ]
+    fs = s["fs"]
+    if fs:
+        lines += [
+            "",
+            (f"`fs://` over the mount, on loopback ({p['count']} x {mib} MiB written through another mount, then "
+             "read by LMCache's fs connector through this one: the first read cold, the second warm), against the "
+             "native plugin's batched get in the same repeats:"),
+            "",
+            common.table(["path", "GB/s", "vs native plugin get"], [
+                ["native plugin (TCP), batched get", f"{fs['native_batched_gbps']:.2f}", "1.00x"],
+                ["`fs://` cold (first read on the node)", f"{fs['cold_gbps']:.2f}",
+                 _verdict(fs["cold_ratio"], TARGETS["fs_cold"])],
+                ["`fs://` warm (second read, unchanged chunks)", f"{fs['warm_gbps']:.2f}",
+                 _verdict(fs["warm_ratio"], TARGETS["fs_warm"])],
+            ]),
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--child":
+        return child_main(argv[1:])
+    p = common.parser(NAME, __doc__.splitlines()[0], repeats=5)
+    p.add_argument("--count", type=int, default=8, help="32 MiB chunks per sample (default 8)")
+    p.add_argument("--cc", default="reno,bbr", help="congestion controls of the servers' namespace (default reno,bbr)")
+    p.add_argument("--no-fs", action="store_true", help="skip the fs:// rows")
+    p.add_argument("--dir", default="/var/tmp", help="where data dirs live (default /var/tmp)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.repeats, args.count = min(args.repeats, 2), min(args.count, 4)
+    sys.path.insert(0, str(common.REPO))
+    root = pathlib.Path(tempfile.mkdtemp(prefix="curvine-bench-same-tcp-", dir=args.dir))
+    root.chmod(0o755)
+    try:
+        part_a = [same_tcp(root, args, cc) for cc in args.cc.split(",") if cc]
+        part_b = None if args.no_fs else fs_rows(root, args)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    payload = {"benchmark": NAME, "machine": common.machine(),
+               "parameters": {"count": args.count, "repeats": args.repeats, "cc": args.cc, "quick": args.quick},
+               "samples": {"same_tcp": part_a, "fs": part_b}, "summary": summarize(part_a, part_b)}
+    print(json.dumps(payload["summary"], indent=1))
+    common.publish(NAME, args, payload, render(payload))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
