@@ -46,6 +46,7 @@ class MasterConfig:
     repair_rate: int = 64 * MiB     # bytes/s re-replication copies through the master; 0 = off
     metrics_port: int = 0           # Prometheus /metrics (observe/); 0 = off, -1 = any free port
     status_port: int = 0            # read-only HTML status page; 0 = off, -1 = any free port
+    advertise: str = ""             # HOST:PORT standby masters name for this one; default: host:port
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,16 +17,20 @@ import socket
 import threading
 from typing import Any
 
+import grpc
+
 from curvine_py import config
 from curvine_py.core.errors import CurvineError, NotLeader, Unavailable
 from curvine_py.master.engine import open as engine
-from curvine_py.master.engine.url import MetaURL, parse_meta_url
+from curvine_py.master.engine.url import SQLITE, MetaURL, parse_meta_url
+from curvine_py.master.follower import LeaderHint, build_follower_server
 from curvine_py.master.leases import DirLeases
 from curvine_py.master.membership import Membership
 from curvine_py.master.namespace import MIN_BLOCK_SIZE
 from curvine_py.master.repair import BlockCopier, Repairer
-from curvine_py.master.service import MasterService, add_port, build_server
+from curvine_py.master.service import MasterService, add_port, build_server, server_options
 from curvine_py.master.sessions import Sessions
+from curvine_py.master.standby import EXIT_LOST_LEADERSHIP, wait_for_leadership
 from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import StorageClass
 from curvine_py.observe.logs import add_log_format_flag, setup_logging
@@ -47,6 +51,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                   "(default: sqlite under --data-dir)")
     p.add_argument("--meta-password-file", help="file holding the PostgreSQL password (else PGPASSWORD/PGPASSFILE)")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--advertise", help="HOST:PORT other masters send clients to while this one leads "
+                                       "(PostgreSQL standby masters; default: --host and the bound port)")
     p.add_argument("--port", type=int, help="gRPC port (0 = any free port; default 8995)")
     p.add_argument("--token", help="shared secret required from every client and worker")
     config.add_token_file_option(p)
@@ -76,7 +82,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def load_config(args: argparse.Namespace) -> config.MasterConfig:
     flags: dict[str, Any] = {
-        "data_dir": args.data_dir, "host": args.host, "port": args.port, "token": args.token,
+        "data_dir": args.data_dir, "host": args.host, "advertise": args.advertise, "port": args.port, "token": args.token,
         "token_file": args.token_file, "tls_cert": args.tls_cert, "tls_key": args.tls_key, "tls_ca": args.tls_ca,
         "insecure": args.insecure, "lease_ms": args.lease_ms, "heartbeat_interval_ms": args.heartbeat_ms,
         "dir_lease_ms": args.dir_lease_ms, "unlink_grace_ms": args.unlink_grace_ms,
@@ -129,18 +135,61 @@ def write_address(data_dir: str, address: str) -> None:
     os.replace(tmp, path)
 
 
+def advertised_address(host: str, port: int, advertise: str = "") -> str:
+    """The address other masters name for this one (standby.py): --advertise, else the listen
+    address, with a wildcard host replaced by this machine's address."""
+    if advertise:
+        return advertise
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostbyname(socket.gethostname())
+    return format_address(host, port)
+
+
+def listen(server: grpc.Server, host: str, port: int, cfg: config.MasterConfig) -> int:
+    """Adds HOST:PORT to `server`; the bound port, or CurvineError."""
+    where = format_address(host, port)
+    try:
+        bound = add_port(server, where, tls_files(cfg))
+    except RuntimeError as exc:
+        raise CurvineError(f"cannot listen on {where}: {exc}") from None
+    if bound == 0:
+        raise CurvineError(f"cannot listen on {where}")
+    return bound
+
+
 def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
     data_dir = os.path.abspath(cfg.data_dir)
     os.makedirs(data_dir, exist_ok=True)
     url = url or engine.default_url(data_dir)
+    # Handlers first: a SIGTERM right after a ready line must still be a clean stop.
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     with contextlib.ExitStack() as stack:
         stack.enter_context(engine.exclusive(url, data_dir))
         log.info("metadata engine %s", url.masked())
-        ns = engine.open_namespace(url, block_size=cfg.block_size,
-                                   root_class=StorageClass.parse(cfg.root_policy_class),
-                                   durable_replicas=cfg.default_replicas_durable,
-                                   unlink_grace_ms=cfg.unlink_grace_ms)
-        stack.callback(ns.close)
+        options: dict[str, Any] = {
+            "block_size": cfg.block_size, "root_class": StorageClass.parse(cfg.root_policy_class),
+            "durable_replicas": cfg.default_replicas_durable, "unlink_grace_ms": cfg.unlink_grace_ms}
+        follower: grpc.Server | None = None
+        listen_port = cfg.port
+        if url.engine == SQLITE:
+            ns = engine.open_namespace(url, **options)
+        else:
+            # PostgreSQL: stand by as a follower on the port until this master holds the lock.
+            hint = LeaderHint()
+            follower = build_follower_server(hint.get, options=server_options())
+            listen_port = listen(follower, cfg.host, cfg.port, cfg)
+            follower.start()
+            advertise = advertised_address(cfg.host, listen_port, cfg.advertise)
+            standby_line = f"standby={format_address(cfg.host, listen_port)}"
+            leading = wait_for_leadership(lambda: engine.open_namespace(url, advertise=advertise, **options),
+                                          hint, stop, on_standby=lambda: print(standby_line, flush=True))
+            if leading is None:
+                follower.stop(0)
+                log.info("stopped while standing by")
+                return 0
+            ns = leading
         membership = Membership(ns, lease_ms=cfg.lease_ms, heartbeat_interval_ms=cfg.heartbeat_interval_ms)
         store = StoreThread(ns)
         store.start()
@@ -152,22 +201,18 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
         service = MasterService(ns, membership, store, leases, Sessions(cfg.session_timeout_ms / 1000),
                                 repairer=repairer)
         stack.callback(service.close)
-        # Handlers first: a SIGTERM right after the ready line must still be a clean stop.
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
         observability = MasterObservability()
         server = build_server(service, cfg.token, first=[observability.interceptor])
-        try:
-            port = add_port(server, format_address(cfg.host, cfg.port), tls_files(cfg))
-        except RuntimeError as exc:
-            raise CurvineError(f"cannot listen on {format_address(cfg.host, cfg.port)}: {exc}") from None
-        if port == 0:
-            raise CurvineError(f"cannot listen on {format_address(cfg.host, cfg.port)}")
+        if follower is not None:
+            # The port passes from the follower to the real server. Masters bind without
+            # SO_REUSEPORT (service.py), so this leaves it closed for a moment: a caller with the
+            # list of masters retries a refused connection (rpc/leader.py), nothing was sent.
+            follower.stop(0).wait()
+        port = listen(server, cfg.host, listen_port, cfg)
         server.start()
         address = format_address(cfg.host, port)
         write_address(data_dir, address)
-        store.call(ns.set_leader_address, address)   # what a master refused by NotLeader is told
+        store.call(ns.set_leader_address, advertised_address(cfg.host, port, cfg.advertise))
         log.info("serving on %s (data %s, cluster %s, epoch %d, lease %d ms, block size %d)", address,
                  data_dir, ns.cluster_id, membership.epoch, cfg.lease_ms, cfg.block_size)
         fields = observability.start(stack, host=cfg.host, metrics_port=cfg.metrics_port,
@@ -215,6 +260,9 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
         maintenance.join()
         if repairs.is_alive():
             repairs.join()
+        if failure and isinstance(failure[0], NotLeader):
+            log.error("lost the leadership: exiting (its supervisor starts it again as a standby)")
+            return EXIT_LOST_LEADERSHIP
         if failure:
             log.error("maintenance failed", exc_info=failure[0])
             return 1
