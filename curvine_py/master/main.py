@@ -104,6 +104,10 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
         raise CurvineError("the session timeout must be positive")
     if not 0 <= cfg.port < 65536:
         raise CurvineError(f"bad port {cfg.port}")
+    if cfg.advertise and "," in cfg.advertise:
+        raise CurvineError(f"--advertise {cfg.advertise!r}: one HOST:PORT, not a list")
+    if cfg.advertise:
+        config.normalize_address(cfg.advertise, cfg.port, what="--advertise")   # InvalidArgument if bad
     StorageClass.parse(cfg.root_policy_class)
     config.require_secure(cfg.host, cfg.token, cfg.insecure, "master")
     tls_files(cfg).check("master", server=True)
