@@ -233,14 +233,29 @@ def plot_placement(data: dict[str, Any]) -> list[Plot]:
     return [("balance", fig)]
 
 
+def plot_failover(data: dict[str, Any]) -> list[Plot]:
+    fig, (ax,) = _figure(1)
+    cases = {"standby takes over": data["standby_takeover_s"], "restart by hand": data["restart_by_hand_s"]}
+    medians = [c["median"] for c in cases.values()]
+    _bars(ax, list(cases), {"seconds": medians},
+          {"seconds": [_spread(c["samples"], c["median"]) for c in cases.values()]})
+    ax.axhline(data["floor_s"], linestyle="--", color="black", label="standby's lock retry period")
+    ax.set_ylabel("leader killed -> first create, s (median, bars min..max)")
+    ax.set_title("master failover on PostgreSQL")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    return [("takeover", fig)]
+
+
 PLOTTERS: dict[str, Plotter] = {"kv": plot_kv, "lmcache": plot_lmcache, "meta": plot_meta,
-                                "fuse": plot_fuse, "placement": plot_placement}
+                                "fuse": plot_fuse, "placement": plot_placement, "failover": plot_failover}
 CAPTIONS = {
     "kv": "KV get and put throughput by object size against both raw socket pairs of the same run",
     "lmcache": "LMCache's ways (get and put) against the raw pair, redis and LMCache's own lm:// server",
     "meta": "Master metadata ops/s by file count against the RPC floor",
     "fuse": "The FUSE mount against the client library",
     "placement": "Weighted rendezvous against a 100-vnode ring",
+    "failover": "Standby master takeover against restarting the one master by hand",
 }
 
 
@@ -266,7 +281,7 @@ def render(name: str, data: dict[str, Any], out_dir: pathlib.Path = RESULTS, *,
 
 # The PNGs each plotter draws, in the order the doc shows them.
 OUTPUTS = {"kv": ("throughput",), "lmcache": ("ways", "mp-l2"), "meta": ("ops",), "fuse": ("throughput",),
-           "placement": ("balance",)}
+           "placement": ("balance",), "failover": ("takeover",)}
 
 
 def _ran(results: pathlib.Path, name: str) -> str:

@@ -16,6 +16,7 @@ BENCHMARKS = {
     "meta": "master metadata ops/s at 10k and 1M files",
     "fuse": "mount vs client library: sequential, random 4 KiB, create/stat/unlink, fio",
     "lmcache": "LMCache connectors: native plugin, lm://, fs://, stock lm server, Redis",
+    "failover": "standby master takeover (PostgreSQL) vs restarting the one master by hand",
     "soak": "64 clients of mixed KV and file ops for 10 min: errors, mismatches, daemon RSS, latency",
 }
 

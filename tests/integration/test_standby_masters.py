@@ -94,7 +94,7 @@ def test_standby_refuses_and_names_the_leader_then_takes_over(tmp_path: pathlib.
         client = CurvineClient(f"{second.address},{first.address}")
         client.fs.mkdir("/made-through-the-list")
         first.kill()
-        # The standby takes the lock within its retry (1 s) once the old session is gone, and
+        # The standby takes the lock within its retry (0.5 s) once the old session is gone, and
         # then serves on the port it already held.
         wait_until(lambda: any(line.startswith("master=") for line in second.tail), 30, "the takeover")
         assert [e.path for e in client.fs.ls("/")] == ["/made-through-the-list"]
