@@ -16,10 +16,16 @@ LMCache's fs:// cache dir. Each op runs at concurrency 1 and 8 (threads sharing 
 as one client process would). The baseline, measured right before every op in the same repeat, is
 the RPC floor: GetMembership at the same concurrency (no SQL, but the same gRPC handler path
 through the master's store thread). Reported: ops/s (median of repeats) and op / floor.
+
+Engines (`--engines`, default both): SQLite (the data dir's file) and PostgreSQL (a throwaway
+cluster from tests/pgserver.py on the same disk, with fsync on, as SQLite's synchronous=FULL), in
+the same run on the same population (the SQLite namespace moved with `meta load`'s code), so
+PostgreSQL / SQLite is a ratio of two measurements a minute apart.
 """
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import random
 import shutil
@@ -70,15 +76,51 @@ def populate(data_dir: pathlib.Path, files: int) -> dict[str, float]:
     return {"seconds": seconds, "files_per_s": files / seconds, "db_mib": db_bytes / 2**20}
 
 
-def store_costs(data_dir: pathlib.Path, files: int, ops: int, repeats: int) -> dict[str, float]:
-    """Microseconds per op of the master's store itself, in-process (no gRPC, no store thread): the
-    SQL cost and how it grows with N. Each op kind runs inside one transaction, so no fsync is
-    counted here (the gRPC numbers include it)."""
+def copy_to_postgresql(data_dir: pathlib.Path, url: str) -> float:
+    """Loads the SQLite namespace of `data_dir` into the (new) PostgreSQL database `url`, as
+    `meta load` does; returns the seconds it took."""
+    import io
+
+    from curvine_py.master.engine import transfer
+    from curvine_py.master.engine.dumpfile import DumpReader
+    from curvine_py.master.engine.open import open_namespace
+    from curvine_py.master.engine.url import parse_meta_url
     from curvine_py.master.main import DB_FILE
     from curvine_py.master.namespace import Namespace
+
+    start = time.perf_counter()
+    source = Namespace(str(data_dir / DB_FILE), read_only=True)
+    buffer = io.BytesIO()
+    try:
+        with source.snapshot():
+            transfer.dump(source, buffer)
+    finally:
+        source.close()
+    buffer.seek(0)
+    target = open_namespace(parse_meta_url(url))
+    try:
+        transfer.load(target, DumpReader(buffer), force=True)
+    finally:
+        target.close()
+    return time.perf_counter() - start
+
+
+def open_store(data_dir: pathlib.Path, url: str) -> Any:
+    from curvine_py.master.engine.open import open_namespace
+    from curvine_py.master.engine.url import parse_meta_url
+    from curvine_py.master.main import DB_FILE
+    from curvine_py.master.namespace import Namespace
+
+    return open_namespace(parse_meta_url(url)) if url else Namespace(str(data_dir / DB_FILE))
+
+
+def store_costs(data_dir: pathlib.Path, files: int, ops: int, repeats: int, url: str = "") -> dict[str, float]:
+    """Microseconds per op of the master's store itself, in-process (no gRPC, no store thread): the
+    SQL cost and how it grows with N. Each op kind runs inside one transaction, so no fsync is
+    counted here (the gRPC numbers include it). `url`: the PostgreSQL database instead."""
     from curvine_py.master.types import FileType
 
-    ns = Namespace(str(data_dir / DB_FILE))
+    ns = open_store(data_dir, url)
     rng = random.Random(files + 1)
     samples: dict[str, list[float]] = {op: [] for op in OPS}
     try:
@@ -96,7 +138,8 @@ def store_costs(data_dir: pathlib.Path, files: int, ops: int, repeats: int) -> d
             for op in OPS:
                 with ns.batch():
                     samples[op].append(common.timed(work[op]) / ops * 1e6)
-        ns._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        if not url:
+            ns._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         ns.close()
     return {op: common.median(values) for op, values in samples.items()}
@@ -170,10 +213,8 @@ class MetaRun:
         return result
 
 
-def measure_size(files: int, args: Any, root: pathlib.Path) -> dict[str, Any]:
-    from curvine_py.client.master import MasterClient
-    from tests.harness import Cluster
-
+def measure_size(files: int, args: Any, root: pathlib.Path, pg: Any = None) -> dict[str, dict[str, Any]]:
+    """{engine: result} for one namespace size."""
     print(f"  {files:,} files: populating", flush=True)
     data_root = root / f"n{files}"
     population = populate(data_root / "master", files)
@@ -182,15 +223,41 @@ def measure_size(files: int, args: Any, root: pathlib.Path) -> dict[str, Any]:
         f"{population['db_mib']:.0f} MiB)",
         flush=True,
     )
-    store = store_costs(data_root / "master", files, args.ops, args.repeats)
-    print("    store in-process: " + ", ".join(f"{op} {us:.0f} us" for op, us in store.items()), flush=True)
+    urls: dict[str, str] = {}
+    seconds = 0.0
+    if "sqlite" in args.engines:
+        urls["sqlite"] = ""
+    if pg is not None:
+        urls["postgresql"] = pg.url(f"n{files}")
+        seconds = copy_to_postgresql(data_root / "master", urls["postgresql"])
+        print(f"    loaded into PostgreSQL in {seconds:.1f} s", flush=True)
+    out = {}
+    for engine, url in urls.items():
+        pop = dict(population)
+        if url:
+            pop["load_seconds"] = seconds
+        out[engine] = measure_engine(files, args, data_root if not url else root / f"pg{files}",
+                                     data_root / "master", url, pop)
+    return out
+
+
+def measure_engine(files: int, args: Any, cluster_root: pathlib.Path, sqlite_dir: pathlib.Path, url: str,
+                   population: dict[str, float]) -> dict[str, Any]:
+    from curvine_py.client.master import MasterClient
+    from tests.harness import Cluster
+
+    engine = "postgresql" if url else "sqlite"
+    store = store_costs(sqlite_dir, files, args.ops, args.repeats, url)
+    print(f"    {engine} store in-process: " + ", ".join(f"{op} {us:.0f} us" for op, us in store.items()),
+          flush=True)
     out: dict[str, Any] = {
         "files": files,
+        "engine": engine,
         "population": population,
         "store_us_per_op": store,
         "concurrency": {},
     }
-    with Cluster(data_root, workers=0) as cluster:
+    with Cluster(cluster_root, workers=0, master_args=["--meta", url] if url else []) as cluster:
         master = MasterClient(cluster.master_address, timeout_s=60.0)
         try:
             run = MetaRun(master, files, args.ops, seed=files)
@@ -210,7 +277,7 @@ def measure_size(files: int, args: Any, root: pathlib.Path) -> dict[str, Any]:
                     for op, s in summary.items()
                 )
                 print(
-                    f"    threads {threads}: {cells}; floor {summary['create']['baseline_median']:,.0f}/s",
+                    f"    {engine} threads {threads}: {cells}; floor {summary['create']['baseline_median']:,.0f}/s",
                     flush=True,
                 )
         finally:
@@ -223,6 +290,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--files", default="10000,1000000", help="namespace sizes (default 10000,1000000)")
     p.add_argument("--ops", type=int, default=1000, help="operations per op kind per repeat (default 1000)")
     p.add_argument("--threads", default="1,8", help="client concurrencies (default 1,8)")
+    p.add_argument("--engines", default="sqlite,postgresql",
+                   help="metadata engines, measured in the same run (default sqlite,postgresql)")
     p.add_argument(
         "--dir",
         default="",
@@ -236,6 +305,9 @@ def main(argv: list[str]) -> int:
         args.repeats = min(args.repeats, 3)
     sizes = [int(x) for x in args.files.split(",") if x]
     args.threads = [int(x) for x in args.threads.split(",") if x]
+    args.engines = [x for x in args.engines.split(",") if x]
+    if not set(args.engines) <= {"sqlite", "postgresql"} or not args.engines:
+        p.error("--engines: sqlite and/or postgresql")
     info = common.machine()
     print(
         f"meta: files {sizes}, {args.ops} ops per op kind, threads {args.threads}, {args.repeats} repeats",
@@ -243,9 +315,22 @@ def main(argv: list[str]) -> int:
     )
     root = pathlib.Path(tempfile.mkdtemp(prefix="curvine-bench-meta-", dir=args.dir or "/var/tmp"))
     try:
-        results = [measure_size(n, args, root) for n in sizes]
+        with contextlib.ExitStack() as stack:
+            pg = None
+            if "postgresql" in args.engines:
+                from tests.pgserver import PgServer
+                pg = stack.enter_context(PgServer(root / "pg"))
+                # As durable as SQLite's synchronous=FULL: the tests' cluster runs with fsync off.
+                pg.psql("ALTER SYSTEM SET fsync = on")
+                pg.psql("ALTER SYSTEM SET full_page_writes = on")
+                pg.restart()
+            measured = [measure_size(n, args, root, pg) for n in sizes]
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    # `results` keeps its shape (SQLite, or the one engine measured): bench/plots.py reads it.
+    first = args.engines[0] if "sqlite" not in args.engines else "sqlite"
+    results = [m[first] for m in measured]
+    postgresql = [m["postgresql"] for m in measured if "postgresql" in m and first != "postgresql"]
     payload = {
         "benchmark": "meta",
         "machine": info,
@@ -257,8 +342,10 @@ def main(argv: list[str]) -> int:
             "quick": args.quick,
             "layout": f"all files in /{POP_DIR}",
             "filesystem": _fs_of(root.parent),
+            "engines": args.engines,
         },
         "results": results,
+        "postgresql": postgresql,
     }
     common.publish("meta", args, payload, render(payload))
     return 0
@@ -276,8 +363,68 @@ def _fs_of(path: pathlib.Path) -> str:
     return kind
 
 
+def _ops_table(results: list[dict[str, Any]]) -> str:
+    headers = ["files", "threads", "floor ops/s"] + [f"{op} ops/s (x floor)" for op in OPS]
+    rows = []
+    for r in results:
+        for threads, summary in r["concurrency"].items():
+            floor = common.median(s["baseline_median"] for s in summary.values())
+            rows.append(
+                [f"{r['files']:,}", threads, f"{floor:,.0f}"]
+                + [f"{summary[op]['subject_median']:,.0f} ({summary[op]['ratio_median']:.2f}x)" for op in OPS]
+            )
+    return common.table(headers, rows)
+
+
+def _growth(results: list[dict[str, Any]], engine: str) -> list[str]:
+    if len(results) < 2:
+        return []
+    small, large = results[0], results[-1]
+    growth = []
+    for threads in small["concurrency"]:
+        if threads not in large["concurrency"]:
+            continue
+        cells = []
+        for op in OPS:
+            a = small["concurrency"][threads][op]["ratio_median"]
+            b = large["concurrency"][threads][op]["ratio_median"]
+            cells.append(f"{b / a:.2f}")
+        growth.append([threads] + cells)
+    return [
+        "",
+        (
+            f"{engine}: how cost grows from {small['files']:,} to {large['files']:,} files: op rate at "
+            f"{large['files']:,} / at {small['files']:,}, both relative to their own floor "
+            "(1.00 = no slower):"
+        ),
+        "",
+        common.table(["threads"] + list(OPS), growth),
+    ]
+
+
+def _versus(sqlite: list[dict[str, Any]], postgresql: list[dict[str, Any]]) -> list[str]:
+    rows = []
+    for a, b in zip(sqlite, postgresql, strict=False):
+        for threads in a["concurrency"]:
+            if threads not in b["concurrency"]:
+                continue
+            cells = [f"{b['concurrency'][threads][op]['subject_median'] / a['concurrency'][threads][op]['subject_median']:.2f}"
+                     for op in OPS]
+            rows.append([f"{a['files']:,}", threads] + cells)
+    return [
+        "",
+        ("PostgreSQL / SQLite: the op rate on PostgreSQL over the rate on SQLite, same size, same threads, "
+         "same run (targets of issue 12: create >= 0.8 at 1 thread, >= 1 at 8):"),
+        "",
+        common.table(["files", "threads"] + list(OPS), rows),
+    ]
+
+
 def render(payload: dict[str, Any]) -> str:
     params = payload["parameters"]
+    sizes = payload["results"]
+    postgresql = payload.get("postgresql") or []
+    first = sizes[0]["engine"] if sizes and "engine" in sizes[0] else "sqlite"
     body = [
         "## Master metadata ops/s",
         "",
@@ -293,41 +440,24 @@ def render(payload: dict[str, Any]) -> str:
             "name), stat = ResolvePath(path), both of random existing files."
         ),
         "",
+        f"{'SQLite' if first == 'sqlite' else 'PostgreSQL'}:",
+        "",
+        _ops_table(sizes),
     ]
-    headers = ["files", "threads", "floor ops/s"] + [f"{op} ops/s (x floor)" for op in OPS]
-    rows = []
-    for r in payload["results"]:
-        for threads, summary in r["concurrency"].items():
-            floor = common.median(s["baseline_median"] for s in summary.values())
-            rows.append(
-                [f"{r['files']:,}", threads, f"{floor:,.0f}"]
-                + [f"{summary[op]['subject_median']:,.0f} ({summary[op]['ratio_median']:.2f}x)" for op in OPS]
-            )
-    body.append(common.table(headers, rows))
-    sizes = payload["results"]
-    if len(sizes) >= 2:
-        small, large = sizes[0], sizes[-1]
-        growth = []
-        for threads in small["concurrency"]:
-            if threads not in large["concurrency"]:
-                continue
-            cells = []
-            for op in OPS:
-                a = small["concurrency"][threads][op]["ratio_median"]
-                b = large["concurrency"][threads][op]["ratio_median"]
-                cells.append(f"{b / a:.2f}")
-            growth.append([threads] + cells)
+    if postgresql:
         body += [
             "",
-            (
-                f"How cost grows from {small['files']:,} to {large['files']:,} files: op rate at "
-                f"{large['files']:,} / at {small['files']:,}, both relative to their own floor "
-                "(1.00 = no slower):"
-            ),
+            ("PostgreSQL 15 (`--meta postgresql://`, a local cluster on the same disk, fsync on; the same "
+             "population, loaded with `meta load`'s code; readers from a pool of 8 sessions):"),
             "",
-            common.table(["threads"] + list(OPS), growth),
+            _ops_table(postgresql),
         ]
-    store_rows = [[f"{r['files']:,}"] + [f"{r['store_us_per_op'][op]:.0f}" for op in OPS] for r in sizes]
+        body += _versus(sizes, postgresql)
+    body += _growth(sizes, "SQLite" if first == "sqlite" else "PostgreSQL")
+    if postgresql:
+        body += _growth(postgresql, "PostgreSQL")
+    store_rows = [[r.get("engine", "sqlite"), f"{r['files']:,}"] + [f"{r['store_us_per_op'][op]:.0f}" for op in OPS]
+                  for r in [*sizes, *postgresql]]
     body += [
         "",
         (
@@ -335,13 +465,17 @@ def render(payload: dict[str, Any]) -> str:
             "transaction), microseconds per op: the SQL cost and how it grows with N."
         ),
         "",
-        common.table(["files"] + list(OPS), store_rows),
+        common.table(["engine", "files"] + list(OPS), store_rows),
     ]
     pops = ", ".join(
         f"{r['files']:,} files in {r['population']['seconds']:.0f} s ({r['population']['db_mib']:.0f} MiB)"
         for r in sizes
     )
     body += ["", f"Population (in-process, store API, 50k creates per transaction): {pops}."]
+    if postgresql:
+        loads = ", ".join(f"{r['files']:,} files in {r['population'].get('load_seconds', 0):.0f} s"
+                          for r in postgresql)
+        body += [f"Loaded into PostgreSQL (dump + load, COPY): {loads}."]
     return "\n".join(body)
 
 
