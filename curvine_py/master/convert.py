@@ -36,7 +36,7 @@ from curvine_py.proto.curvine.v1 import master_pb2 as mpb
 def attr_pb(a: Attr) -> cpb.Attr:
     return cpb.Attr(ino=a.ino, type=int(a.type), mode=a.mode, uid=a.uid, gid=a.gid, size=a.size,  # type: ignore[arg-type]
                     nlink=a.nlink, atime_ns=a.atime_ns, mtime_ns=a.mtime_ns, ctime_ns=a.ctime_ns,
-                    rdev=a.rdev, generation=a.generation, block_size=a.block_size)
+                    rdev=a.rdev, generation=a.generation, block_size=a.block_size, stored_bytes=a.stored_bytes)
 
 
 def policy_pb(p: Policy) -> cpb.Policy:

@@ -58,6 +58,7 @@ class Attr:
     rdev: int = 0
     generation: int = 0
     block_size: int = 0
+    stored_bytes: int = 0   # a regular file's committed block bytes (st_blocks; sparse and truncated files hold fewer)
 
     @property
     def is_dir(self) -> bool:

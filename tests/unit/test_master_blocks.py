@@ -9,7 +9,7 @@ import pytest
 
 from curvine_py.core.errors import InvalidArgument, IsADirectory, NotADirectory, NotFound, Unavailable
 from curvine_py.core.hashing import Node, Rendezvous
-from curvine_py.master import placement
+from curvine_py.master import convert, placement
 from curvine_py.master.namespace import Namespace
 from curvine_py.master.types import (
     ROOT_INO,
@@ -20,7 +20,7 @@ from curvine_py.master.types import (
     StorageClass,
     WorkerInfo,
 )
-from tests.unit.test_master_support import FakeClock, MiB, mkdir, mkfile, open_store, worker
+from tests.unit.test_master_support import FakeClock, MiB, mkdir, mkfile, open_store, raw_execute, worker
 
 pytestmark = pytest.mark.usefixtures("meta_engine")   # every test on SQLite and on PostgreSQL
 
@@ -467,3 +467,47 @@ def test_rewrites_without_commit_keep_a_bounded_number_of_blocks(ns: Namespace) 
         ns.commit_file(f.ino, 3 * BS + 10, [grants[0]])
     ns.commit_file(f.ino, 3 * BS + 10, [grants[-1]])
     assert [b.block_id for b in ns.get_blocks(f.ino).blocks] == [grants[-1].block_id]
+
+
+# ---------------------------------------------------------------------------------------------- stored bytes
+
+
+def test_stored_bytes_follow_commits_rewrites_truncates_and_holes(ns: Namespace) -> None:
+    f = mkfile(ns, "f")
+    assert ns.getattr(f.ino).stored_bytes == 0
+    bs = 4 * MiB
+    ns.commit_file(f.ino, bs + 100, [write_block(ns, f.ino, 0, bs), write_block(ns, f.ino, 1, 100)])
+    assert ns.getattr(f.ino).stored_bytes == bs + 100
+    ns.commit_file(f.ino, bs + 100, [write_block(ns, f.ino, 1, 60)])   # a rewrite of block 1, shorter
+    assert ns.getattr(f.ino).stored_bytes == bs + 60
+    ns.setattr(f.ino, SetAttrChanges(size=1000))                         # truncate into block 0
+    assert (ns.getattr(f.ino).size, ns.getattr(f.ino).stored_bytes) == (1000, 1000)
+    ns.setattr(f.ino, SetAttrChanges(size=10 * bs))                      # extended: a hole, nothing stored
+    assert ns.getattr(f.ino).stored_bytes == 1000
+    sparse = mkfile(ns, "sparse")                                        # only its third block written
+    ns.commit_file(sparse.ino, 2 * bs + 5, [write_block(ns, sparse.ino, 2, 5)])
+    got = ns.getattr(sparse.ino)
+    assert (got.size, got.stored_bytes) == (2 * bs + 5, 5)
+    assert ns.lookup(ROOT_INO, "sparse").stored_bytes == 5 == ns.readdir(ROOT_INO)[0][1].attr.stored_bytes
+    ns.create(ROOT_INO, "f", FileType.REGULAR, exclusive=False, truncate=True)   # O_TRUNC
+    assert ns.getattr(f.ino).stored_bytes == 0
+
+
+def test_stored_bytes_reach_the_wire_and_a_version_2_store_gets_them_counted(
+        tmp_path: pathlib.Path, clock: FakeClock) -> None:
+    ns = open_store(tmp_path, clock)
+    f = mkfile(ns, "f")
+    ns.commit_file(f.ino, 300, [write_block(ns, f.ino, 0, 300)])
+    assert convert.attr_pb(ns.getattr(f.ino)).stored_bytes == 300
+    ns.close()
+    raw_execute(tmp_path, "ALTER TABLE inodes DROP COLUMN stored",    # what a version-2 master left
+                "UPDATE meta SET value='2' WHERE key='schema_version'")
+    again = open_store(tmp_path, clock)
+    try:
+        assert again.schema_version() == 3 and again.getattr(f.ino).stored_bytes == 300
+        again._db.execute("UPDATE inodes SET stored = 7 WHERE ino=?", (f.ino,))
+        assert again.check() == [f"inode {f.ino}: 7 stored bytes recorded, its blocks hold 300"]
+        again._db.execute("UPDATE inodes SET stored = 300 WHERE ino=?", (f.ino,))
+        assert again.check() == []
+    finally:
+        again.close()

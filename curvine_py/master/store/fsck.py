@@ -69,6 +69,10 @@ class Checks(Quotas):
         for (ino,) in q("SELECT q.ino FROM quotas q LEFT JOIN inodes i ON i.ino = q.ino "
                         "WHERE i.ino IS NULL OR i.type != 2 OR i.orphan != 0"):
             problems.append(f"quota on missing or non-directory inode {ino}")
+        for ino, stored, held in q("SELECT i.ino, i.stored, COALESCE(SUM(b.length), 0) FROM inodes i "
+                                   "LEFT JOIN blocks b ON b.ino = i.ino GROUP BY i.ino, i.stored "
+                                   "HAVING i.stored != COALESCE(SUM(b.length), 0)"):
+            problems.append(f"inode {ino}: {stored} stored bytes recorded, its blocks hold {held}")
         for quota, size, inodes in self.recount_quotas():
             problems.append(f"quota of {quota.path}: counts {quota.used_bytes} bytes {quota.used_inodes} "
                             f"inodes, the subtree holds {size} bytes {inodes} inodes")

@@ -27,7 +27,7 @@ from curvine_py.master.types import (
 SYMLOOP_MAX = 40                 # as Linux: more symlinks than this in one resolution is ELOOP
 
 _ATTR_COLS = ("ino, type, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev, "
-              "generation, block_size")
+              "generation, block_size, stored")
 
 _ATTR_COLS_I = ", ".join("i." + c.strip() for c in _ATTR_COLS.split(","))   # joined with dentries d
 
@@ -35,7 +35,7 @@ _ATTR_COLS_I = ", ".join("i." + c.strip() for c in _ATTR_COLS.split(","))   # jo
 def _attr(row: Sequence[int]) -> Attr:
     return Attr(ino=row[0], type=FileType(row[1]), mode=row[2], uid=row[3], gid=row[4], size=row[5],
                 nlink=row[6], atime_ns=row[7], mtime_ns=row[8], ctime_ns=row[9], rdev=row[10],
-                generation=row[11], block_size=row[12])
+                generation=row[11], block_size=row[12], stored_bytes=row[13])
 
 
 def _type_error(kind: FileType, expected: str) -> CurvineError:
@@ -238,3 +238,10 @@ class Inodes(Database):
         if rule.tail_length:
             self._db.execute("UPDATE blocks SET length=?, checksum=0 WHERE ino=? AND idx=? AND length>?",
                              (rule.tail_length, ino, rule.tail_index, rule.tail_length))
+        self._recount_stored(ino)
+
+    def _recount_stored(self, ino: int) -> None:
+        """inodes.stored = the bytes of the file's committed blocks. Kept here, where the block map
+        changes (commit, truncate), so a getattr reads one column instead of summing the blocks."""
+        self._db.execute("UPDATE inodes SET stored = (SELECT COALESCE(SUM(length), 0) FROM blocks "
+                         "WHERE ino=?) WHERE ino=?", (ino, ino))

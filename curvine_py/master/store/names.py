@@ -16,7 +16,7 @@ from curvine_py.core.errors import (
 )
 from curvine_py.core.keys import PATH_MAX, validate_name
 from curvine_py.master.store.db import MAX_ID
-from curvine_py.master.store.inodes import _ATTR_COLS_I, _attr, _type_error
+from curvine_py.master.store.inodes import _ATTR_COLS, _ATTR_COLS_I, _attr, _type_error
 from curvine_py.master.store.policy import Policies
 from curvine_py.master.store.quotas import Quotas, new_charges
 from curvine_py.master.types import (
@@ -133,14 +133,15 @@ class Names(Policies, Quotas):
             rdev = rdev if kind in (FileType.CHARDEV, FileType.BLOCKDEV) else 0
             cursor = self._db.execute(
                 "INSERT INTO inodes (type, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev,"
-                " block_size, target, parent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ino",
+                f" block_size, target, parent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING {_ATTR_COLS}",
                 (int(kind), perm, uid, gid, size, nlink, now, now, now, rdev, block_size, target, parent))
-            ino = int(cursor.fetchone()[0])
+            created = _attr(cursor.fetchone())     # nothing below changes the new inode's row
+            ino = created.ino
             self._db.execute("INSERT INTO dentries (parent, name, ino) VALUES (?, ?, ?)", (parent, name, ino))
             if kind == FileType.DIRECTORY:
                 self._add_nlink(parent, 1)
             self._touch_dir(parent, now)
-            return self._get(ino)
+            return created
 
     def mkdir(self, parent: int, name: str, mode: int = 0o755, *, uid: int = 0, gid: int = 0) -> Attr:
         return self.create(parent, name, FileType.DIRECTORY, mode, uid=uid, gid=gid)

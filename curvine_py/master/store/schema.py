@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value ANY NOT NULL) WITHOUT ROWID;
@@ -118,6 +118,13 @@ CREATE TABLE IF NOT EXISTS quotas (
     used_bytes INTEGER NOT NULL,
     used_inodes INTEGER NOT NULL
 );
+""",
+    # Stored bytes of a regular file (the sum of its committed blocks' lengths: st_blocks), kept
+    # by commit and truncate (Inodes._recount_stored) so a getattr reads it from the inode row.
+    3: """
+ALTER TABLE inodes ADD COLUMN stored INTEGER NOT NULL DEFAULT 0;
+UPDATE inodes SET stored = (SELECT COALESCE(SUM(b.length), 0) FROM blocks b WHERE b.ino = inodes.ino)
+    WHERE type = 1;
 """,
 }
 

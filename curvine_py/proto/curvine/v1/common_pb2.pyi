@@ -34,7 +34,7 @@ CACHE: StorageClass
 DURABLE: StorageClass
 
 class Attr(_message.Message):
-    __slots__ = ("ino", "type", "mode", "uid", "gid", "size", "nlink", "atime_ns", "mtime_ns", "ctime_ns", "rdev", "generation", "block_size")
+    __slots__ = ("ino", "type", "mode", "uid", "gid", "size", "nlink", "atime_ns", "mtime_ns", "ctime_ns", "rdev", "generation", "block_size", "stored_bytes")
     INO_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,7 @@ class Attr(_message.Message):
     RDEV_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
     ino: int
     type: FileType
     mode: int
@@ -61,7 +62,8 @@ class Attr(_message.Message):
     rdev: int
     generation: int
     block_size: int
-    def __init__(self, ino: _Optional[int] = ..., type: _Optional[_Union[FileType, str]] = ..., mode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., size: _Optional[int] = ..., nlink: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., ctime_ns: _Optional[int] = ..., rdev: _Optional[int] = ..., generation: _Optional[int] = ..., block_size: _Optional[int] = ...) -> None: ...
+    stored_bytes: int
+    def __init__(self, ino: _Optional[int] = ..., type: _Optional[_Union[FileType, str]] = ..., mode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., size: _Optional[int] = ..., nlink: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., ctime_ns: _Optional[int] = ..., rdev: _Optional[int] = ..., generation: _Optional[int] = ..., block_size: _Optional[int] = ..., stored_bytes: _Optional[int] = ...) -> None: ...
 
 class Policy(_message.Message):
     __slots__ = ("storage_class", "replicas", "ttl_ms", "block_size", "placement", "compress")
