@@ -37,7 +37,8 @@ import time
 from typing import Any
 
 from bench import common
-from bench.lmcache import LLAMA_8B, TOKEN, chunk_bytes, plugin_entry
+from bench.lmcache import LLAMA_8B, TOKEN, _pid, chunk_bytes, plugin_entry
+from bench.rawpair import REQUEST, process_cpu, raw_server, recv_exactly_into
 
 NAME = "lmcache-same-tcp"
 TARGETS = {"single": 1.0, "batched": 1.5, "fs_cold": 0.5, "fs_warm": 1.0}
@@ -46,6 +47,8 @@ TARGETS = {"single": 1.0, "batched": 1.5, "fs_cold": 0.5, "fs_warm": 1.0}
 # -- the measuring child (real LMCache objects) --------------------------------------------------
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     import asyncio
+    import mmap
+    import socket
     import threading
 
     import torch
@@ -120,13 +123,57 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                 if obj is not None:
                     obj.ref_count_down()
 
+    pids: dict[str, int] = {k: int(v) for k, v in spec.get("server_pids", {}).items()}
+
+    def cpu_now(name: str) -> tuple[float, float]:
+        """CPU seconds so far of this process and of `name`'s server (0 when not metered)."""
+        pid = pids.get(name, 0)
+        return process_cpu(os.getpid()), (process_cpu(pid) if pid else 0.0)
+
+    cpu_used: dict[str, list[tuple[float, float]]] = {}
+
+    def metered(name: str, how: str, run: Any) -> float:
+        """Seconds of `run()`; its CPU (client, server) per GB is kept under name/how."""
+        c0 = cpu_now(name)
+        t0 = time.perf_counter()
+        got = run()
+        seconds = time.perf_counter() - t0
+        c1 = cpu_now(name)
+        gigabytes = size * count / 1e9
+        cpu_used.setdefault(f"{name}/{how}", []).append(((c1[0] - c0[0]) / gigabytes, (c1[1] - c0[1]) / gigabytes))
+        if got is not None:
+            check(name, got)
+        return seconds
+
     def timed(name: str, how: str, keys: list[Any]) -> float:
         backend = backends[name]
-        t0 = time.perf_counter()
-        got = [backend.get_blocking(k) for k in keys] if how == "single" else backend.batched_get_blocking(keys)
-        seconds = time.perf_counter() - t0
-        check(name, got)
-        return seconds
+        if how == "single":
+            return metered(name, how, lambda: [backend.get_blocking(k) for k in keys])
+        return metered(name, how, lambda: backend.batched_get_blocking(keys))
+
+    # The raw pair (bench/rawpair.py) beside the servers: `count` serial sendfile gets, received
+    # into one mmap; "verified" also hashes each 1 MiB chunk as it lands, as our client does.
+    raw_sock = None
+    if spec.get("raw"):
+        raw_sock = socket.create_connection((spec["raw"][0], int(spec["raw"][1])))
+        raw_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    raw_in = memoryview(mmap.mmap(-1, size))
+
+    def raw_gets(verify: bool) -> None:
+        assert raw_sock is not None
+        for _ in range(count):
+            raw_sock.sendall(REQUEST.pack(b"G", size))
+            if not verify:
+                recv_exactly_into(raw_sock, raw_in)
+                continue
+            for start in range(0, size, 1 << 20):
+                piece = raw_in[start:start + (1 << 20)]
+                recv_exactly_into(raw_sock, piece)
+                xxhash.xxh3_64_intdigest(piece)
+
+    def raw_sample() -> dict[str, float]:
+        return {"single_s": metered("raw", "single", lambda: raw_gets(False)),
+                "verified_s": metered("raw", "verified", lambda: raw_gets(True))}
 
     def sample(name: str, r: int) -> dict[str, float]:
         keys = put(name)
@@ -142,12 +189,18 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     for name in backends:     # warm-up: connections, pools, server allocations
         sample(name, 0)
+    if raw_sock is not None:
+        raw_sample()
+    cpu_used.clear()      # the repeats' CPU only
     out: dict[str, Any] = {"chunk_bytes": size, "count": count, "backends": {name: [] for name in backends}}
-    names = list(backends)
+    if raw_sock is not None:
+        out["backends"]["raw"] = []
+    names = list(out["backends"])
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            out["backends"][name].append(sample(name, r))
+            out["backends"][name].append(raw_sample() if name == "raw" else sample(name, r))
         print(f"  repeat {r + 1}/{repeats} done", file=sys.stderr, flush=True)
+    out["cpu_s_per_gb"] = cpu_used
     return out
 
 
@@ -204,9 +257,12 @@ def same_tcp(root: pathlib.Path, args: Any, cc: str) -> dict[str, Any]:
         stack.callback(worker.stop)
         cluster.wait_for_live_workers(1)
         stock = stack.enter_context(StockLMServer(host=ns.address, prefix=ns.prefix))
+        raw = stack.enter_context(raw_server(ns.address, data / "raw", prefix=ns.prefix))
         backends = [plugin_entry("native", cluster.master_address, node="bench-client", token=TOKEN),
                     {"name": "lm_stock", "url": stock.url}]
-        spec = {"geometry": LLAMA_8B, "count": args.count, "repeats": args.repeats, "backends": backends}
+        spec = {"geometry": LLAMA_8B, "count": args.count, "repeats": args.repeats, "backends": backends,
+                "raw": list(raw[:2]),
+                "server_pids": {"native": worker.process.pid, "lm_stock": _pid(stock), "raw": raw[2]}}
         print(f"same TCP ({cc}): native vs stock lm, {args.count} x {chunk_bytes(LLAMA_8B) >> 20} MiB, "
               f"{args.repeats} repeats", file=sys.stderr, flush=True)
         return {"cc": cc, **run_child(spec)}
@@ -219,23 +275,55 @@ def fs_rows(root: pathlib.Path, args: Any) -> dict[str, Any]:
     from tests.harness import Cluster
 
     with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(Cluster(root / "cluster-fs", workers=1, node_names=["bench-worker"]))
+        cluster = stack.enter_context(Cluster(root / "cluster-fs", workers=1, node_names=["bench-worker"],
+                                              worker_args=["--metrics-port", "-1"]))
         cluster.wait_for_live_workers(1)
         client = cluster.client()
         client.fs.mkdir("/lmcache")
         client.fs.set_policy("/lmcache", cpb.Policy(storage_class=cpb.CACHE))
         writer_mnt, reader_mnt = root / "mnt-writer", root / "mnt-reader"
         stack.enter_context(Mount(cluster.master_address, writer_mnt, args=["--node", "bench-writer"]))
-        stack.enter_context(Mount(cluster.master_address, reader_mnt, args=["--node", "bench-client"]))
+        reader = stack.enter_context(Mount(cluster.master_address, reader_mnt,
+                                           args=["--node", "bench-client", "--metrics-port", "-1"]))
         backends = [plugin_entry("native", cluster.master_address, node="bench-client"),
                     {"name": "fs_write", "url": f"fs://localhost:0{writer_mnt}/lmcache"},
                     {"name": "fs_read", "url": f"fs://localhost:0{reader_mnt}/lmcache", "writer": "fs_write"}]
         spec = {"geometry": LLAMA_8B, "count": args.count, "repeats": args.repeats, "backends": backends}
         print(f"fs:// cold/warm vs native on loopback, {args.count} x {chunk_bytes(LLAMA_8B) >> 20} MiB, "
               f"{args.repeats} repeats", file=sys.stderr, flush=True)
+        worker = cluster.workers[0]
+        assert worker is not None and reader.process is not None
+        endpoints = {"mount": reader.process.field("metrics"), "worker": worker.field("metrics")}
+        before = {name: scrape(url) for name, url in endpoints.items()}
         result = run_child(spec)
+        after = {name: scrape(url) for name, url in endpoints.items()}
         result["backends"].pop("fs_write", None)   # only the writer of fs_read's chunks
+        # Where a cold read's time goes: the reader mount's FUSE reads (warm reads never reach
+        # it: the kernel's page cache answers them) and the worker's block reads behind them.
+        result["counters"] = {name: {k: after[name].get(k, 0.0) - before[name].get(k, 0.0) for k in after[name]}
+                              for name in endpoints}
         return result
+
+
+COUNTERS = ('curvine_mount_requests_total{op="read"}', 'curvine_mount_request_duration_seconds_sum{op="read"}',
+            'curvine_mount_requests_total{op="open"}', 'curvine_mount_request_duration_seconds_sum{op="open"}',
+            'curvine_mount_requests_total{op="lookup"}', 'curvine_sent_bytes_total{way="mount"}',
+            'curvine_operation_duration_seconds_count{op="read_block"}',
+            'curvine_operation_duration_seconds_sum{op="read_block"}')
+
+
+def scrape(address: str) -> dict[str, float]:
+    """The COUNTERS of a /metrics page (absent ones left out)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name in COUNTERS:
+            values[name] = float(value)
+    return values
 
 
 # -- report ------------------------------------------------------------------------------------------
@@ -253,6 +341,24 @@ def summarize(part_a: list[dict[str, Any]], part_b: dict[str, Any] | None) -> di
                 "stock_gbps": common.median(common.gbps(nbytes, s[f"{how}_s"]) for s in stock),
                 "ratio": common.median(b[f"{how}_s"] / a[f"{how}_s"] for a, b in zip(native, stock, strict=True)),
             }
+        cpu = run.get("cpu_s_per_gb", {})
+        paths = {}
+        for label, name, how in (("raw pair, serial", "raw", "single"),
+                                 ("raw pair, serial, each 1 MiB hashed as received", "raw", "verified"),
+                                 ("native plugin, single gets", "native", "single"),
+                                 ("native plugin, batched", "native", "batched"),
+                                 ("stock lm server, single gets", "lm_stock", "single"),
+                                 ("stock lm server, batched", "lm_stock", "batched")):
+            samples = run["backends"].get(name)
+            if not samples:
+                continue
+            key = "single_s" if name == "raw" and how == "single" else f"{how}_s"
+            used = cpu.get(f"{name}/{how}", [])
+            paths[label] = {"ms": common.median(x[key] * 1e3 for x in samples),
+                            "gbps": common.median(common.gbps(nbytes, x[key]) for x in samples),
+                            "cpu": [common.median(c for c, _ in used), common.median(v for _, v in used)]
+                            if used else None}
+        row["paths"] = paths
         out["same_tcp"][run["cc"]] = row
     if part_b is not None:
         native, fs = part_b["backends"]["native"], part_b["backends"]["fs_read"]
@@ -263,6 +369,22 @@ def summarize(part_a: list[dict[str, Any]], part_b: dict[str, Any] | None) -> di
             **{f"{how}_ratio": common.median(a["batched_s"] / b[f"{how}_s"] for a, b in zip(native, fs, strict=True))
                for how in ("cold", "warm")},
         }
+        counters = part_b.get("counters", {})
+        mount, worker = counters.get("mount", {}), counters.get("worker", {})
+        reads = mount.get('curvine_mount_requests_total{op="read"}', 0.0)
+        blocks = worker.get('curvine_operation_duration_seconds_count{op="read_block"}', 0.0)
+        if reads and blocks:
+            out["fs"]["where"] = {
+                "fuse_reads": reads,
+                "fuse_read_kib": mount.get('curvine_sent_bytes_total{way="mount"}', 0.0) / reads / 1024,
+                "fuse_read_us": mount.get('curvine_mount_request_duration_seconds_sum{op="read"}', 0.0) / reads * 1e6,
+                "opens": mount.get('curvine_mount_requests_total{op="open"}', 0.0),
+                "open_us": (mount.get('curvine_mount_request_duration_seconds_sum{op="open"}', 0.0)
+                            / max(1.0, mount.get('curvine_mount_requests_total{op="open"}', 0.0)) * 1e6),
+                "block_reads": blocks,
+                "block_read_us": worker.get('curvine_operation_duration_seconds_sum{op="read_block"}', 0.0)
+                / blocks * 1e6,
+            }
     return out
 
 
@@ -291,6 +413,15 @@ def render(payload: dict[str, Any]) -> str:
                        f"{r[how]['native_gbps']:.2f}", f"{r[how]['stock_gbps']:.2f}",
                        _verdict(r[how]["ratio"], TARGETS[how])]
                       for cc, r in s["same_tcp"].items() for how in ("single", "batched")]),
+        "",
+        ("Every path in the same repeats, with the raw socket pair (bench/rawpair.py: `sendfile` from the page "
+         "cache in the servers' namespace, `recv_into` an mmap here) as the ceiling of one serial stream; CPU = "
+         "seconds per GB of this (client) process and of the serving process:"),
+        "",
+        common.table(["servers' congestion control", "path", "ms", "GB/s", "CPU s/GB client / server"],
+                     [[cc, label, f"{v['ms']:.1f}", f"{v['gbps']:.2f}",
+                       " / ".join(f"{c:.2f}" for c in v["cpu"]) if v["cpu"] else "n/a"]
+                      for cc, r in s["same_tcp"].items() for label, v in r.get("paths", {}).items()]),
     ]
     fs = s["fs"]
     if fs:
@@ -308,6 +439,14 @@ def render(payload: dict[str, Any]) -> str:
                  _verdict(fs["warm_ratio"], TARGETS["fs_warm"])],
             ]),
         ]
+        where = fs.get("where")
+        if where:
+            lines += ["", (
+                f"Counters over the whole run (reader mount and worker /metrics; warm reads never reach the mount): "
+                f"{where['fuse_reads']:,.0f} FUSE reads of {where['fuse_read_kib']:.0f} KiB on average, "
+                f"{where['fuse_read_us']:.0f} us each in the mount's handler; {where['opens']:,.0f} opens, "
+                f"{where['open_us']:.0f} us each; behind them {where['block_reads']:,.0f} READ_BLOCKs on the worker, "
+                f"{where['block_read_us']:.0f} us each (from header to reply sent).")]
     return "\n".join(lines)
 
 
