@@ -74,12 +74,14 @@ class Bulk(Database):
         return True
 
     def clear_all(self) -> None:
+        self._quota_free = False
         for table, _ in self.table_columns():
             self._db.execute(f"DELETE FROM {_quoted(table)}")
         if self.dialect == SQLITE:
             self._db.execute("DELETE FROM sqlite_sequence")
 
     def insert_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        self._quota_free = False
         if self.dialect != SQLITE:
             self._db.copy_rows(table, columns, rows)
             return

@@ -75,6 +75,8 @@ class Database:
         self.unlink_grace_ns = unlink_grace_ms * 1_000_000
         self.engine = engine
         self.dialect = SQLITE if engine is None else POSTGRESQL
+        self._writer = not read_only
+        self._quota_free = False      # see Quotas._any_quota
         self._db: Any
         if engine is not None:
             if read_only:

@@ -67,6 +67,19 @@ class Inodes(Database):
             raise NotADirectory(f"inode {ino} is not a directory")
         return attr
 
+    def _dir_and_child(self, parent: int, name: str) -> tuple[Attr, int | None]:
+        """_dir(parent) and _child(parent, name) in one statement (one round trip on PostgreSQL)."""
+        if not 0 < parent <= MAX_ID:
+            raise NotFound(f"no inode {parent}")
+        row = self._db.execute(f"SELECT {_ATTR_COLS}, (SELECT d.ino FROM dentries d WHERE d.parent=? AND d.name=?) "
+                               "FROM inodes WHERE ino=? AND orphan!=2", (parent, name, parent)).fetchone()
+        if row is None:
+            raise NotFound(f"no inode {parent}")
+        attr = _attr(row)
+        if attr.type != FileType.DIRECTORY:
+            raise NotADirectory(f"inode {parent} is not a directory")
+        return attr, None if row[-1] is None else int(row[-1])
+
     def _child(self, parent: int, name: str) -> int | None:
         row = self._db.execute("SELECT ino FROM dentries WHERE parent=? AND name=?",
                                (parent, name)).fetchone()

@@ -98,8 +98,7 @@ class Names(Policies, Quotas):
             if len(symlink_target.encode("utf-8", "surrogateescape")) > PATH_MAX or "\x00" in symlink_target:
                 raise NameTooLong("symlink target too long")
         with self.transaction():
-            parent_attr = self._dir(parent)
-            existing = self._child(parent, name)
+            parent_attr, existing = self._dir_and_child(parent, name)
             now = self._now()
             if existing is not None:
                 old = self._get(existing)

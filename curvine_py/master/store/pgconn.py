@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import re
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -136,7 +135,7 @@ class PgReader:
     def __init__(self, pool: Any) -> None:
         self._pool = pool
         self._pinned: psycopg.Connection[Any] | None = None
-        self._lock = threading.Lock()     # a reader is used by one thread; this only guards misuse
+        self._begun = False               # BEGIN sent on the pinned connection (it waits for the first read)
 
     @property
     def in_transaction(self) -> bool:
@@ -151,31 +150,61 @@ class PgReader:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Rows:
         if sql.startswith("BEGIN"):     # a snapshot (or a write attempt, which the server refuses)
-            with self._lock:
-                conn = self._borrow()
-                try:
-                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                except psycopg.Error as exc:
-                    self._pool.putconn(conn)
-                    raise lost(exc) from None
-                self._pinned = conn
+            self._pinned, self._begun = self._borrow(), False
             return Rows([], -1)
-        if sql in ("COMMIT", "ROLLBACK") and self._pinned is not None:
+        if sql in ("COMMIT", "ROLLBACK"):
+            if self._pinned is None:
+                return Rows([], -1)
             conn, self._pinned = self._pinned, None
             try:
-                conn.execute(sql)
+                if self._begun:
+                    conn.execute(sql)
             except psycopg.Error:
                 pass           # a read-only snapshot: nothing to lose; the pool drops a broken one
             finally:
                 self._pool.putconn(conn)
             return Rows([], -1)
-        if self._pinned is not None:
+        if self._pinned is not None and self._begun:
             return self._guarded(self._pinned, sql, params)
-        conn = self._borrow()
-        try:
-            return self._guarded(conn, sql, params)
-        finally:
-            self._pool.putconn(conn)
+        # The first statement of a snapshot (sent with its BEGIN: one round trip), or one alone.
+        # A pooled session that died while idle (a server restart) is replaced once: nothing has
+        # been read on it yet, so nothing is lost by asking again on another.
+        for attempt in (0, 1):
+            snapshot = self._pinned is not None
+            conn = self._pinned if self._pinned is not None else self._borrow()
+            try:
+                rows = self._first(conn, sql, params, snapshot=snapshot)
+            except psycopg.Error as exc:
+                broken = conn.broken or conn.closed
+                if not broken:
+                    if snapshot:
+                        self._begun = True        # its ROLLBACK ends the failed transaction
+                    else:
+                        self._pool.putconn(conn)
+                    raise
+                self._pool.putconn(conn)          # the pool drops a broken session
+                self._pinned = None
+                if attempt:
+                    raise lost(exc) from None
+                if snapshot:
+                    self._pinned = self._borrow()
+                continue
+            if snapshot:
+                self._begun = True
+            else:
+                self._pool.putconn(conn)
+            return rows
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _first(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any], *, snapshot: bool) -> Rows:
+        if not snapshot:
+            return _run(conn, sql, params)
+        with conn.pipeline():
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            cursor = conn.execute(translate(sql), params or None)
+        rows = cursor.fetchall() if cursor.description is not None else []
+        return Rows(rows, cursor.rowcount)
 
     @staticmethod
     def _guarded(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> Rows:

@@ -56,7 +56,13 @@ class Quotas(Inodes):
     # ------------------------------------------------------------------ charging (mutations call these)
 
     def _any_quota(self) -> bool:
-        return self._db.execute("SELECT 1 FROM quotas LIMIT 1").fetchone() is not None
+        # The writer remembers an empty quota table (a round trip per mutation saved on PostgreSQL):
+        # only set_quota and a load add rows, and both forget it first. Readers always ask.
+        if self._quota_free:
+            return False
+        found = self._db.execute("SELECT 1 FROM quotas LIMIT 1").fetchone() is not None
+        self._quota_free = not found and self._writer
+        return found
 
     def _quota_chain(self, directory: int) -> list[int]:
         return [int(r[0]) for r in self._db.execute(_CHAIN, (directory,))]
@@ -142,6 +148,7 @@ class Quotas(Inodes):
         with self.transaction():
             ino = self._resolve(path, True)
             self._dir(ino)
+            self._quota_free = False
             if not (max_bytes or max_inodes):
                 self._db.execute("DELETE FROM quotas WHERE ino=?", (ino,))
             else:
