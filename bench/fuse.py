@@ -15,6 +15,10 @@ the per-repeat ratios, see bench/common.py):
   mount asks the master until the directory turns hot, then answers from the pages of names it
   fetched, fuse/names.py). The library side does the same master calls (Create, Lookup, Unlink),
   one per name.
+- small appends: 64-byte O_APPEND writes (ops/s, close included) from 1 writer, 6 writers into
+  their own files and 6 writers into one shared file, against the same writes into a local
+  directory (the bench's temporary directory: the physical limit of the same harness); every file
+  is checked afterwards (each record whole, none lost; `--appends-only` runs just these);
 - fio jobs on the mount (Debian's fio; --iomem=mmap, page-aligned buffers as ARCHITECTURE.md
   explains): 1 MiB sequential write and read, 4 KiB random read (O_DIRECT, 4 jobs).
 
@@ -32,6 +36,7 @@ import random
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +54,8 @@ from tests.harness import Cluster
 
 MiB = 1 << 20
 NAME = "fuse"
+RECORD = 64                 # bytes per small append
+APPEND_WRITERS = (1, 6)
 TARGETS = {"seq_write_ratio": 0.8, "seq_read_ratio": 0.8, "warm_reread_ratio": 3.0, "creates_per_s": 1000, "stats_per_s": 3000}
 
 
@@ -60,6 +67,11 @@ def parser() -> Any:
     p.add_argument("--threads", type=int, default=4, help="threads for the parallel metadata runs")
     p.add_argument("--local", action="store_true", help="mount and library on the worker's node (short-circuit)")
     p.add_argument("--no-fio", action="store_true", help="skip the fio jobs")
+    p.add_argument("--appends", type=int, default=20000, help="64-byte appends per row and repeat, shared among its writers (default 20000)")
+    p.add_argument("--appends-only", action="store_true",
+                   help="run only the small-append rows (results as fuse-appends.json, their own doc section)")
+    p.add_argument("--mount-option", action="append", default=[],
+                   help="extra `curvine-py mount` argument for the mount under test (repeatable)")
     return p
 
 
@@ -199,6 +211,62 @@ class Bench:
         return result
 
 
+def append_rate(directory: pathlib.Path, writers: int, count: int, *, shared: bool) -> float:
+    """64-byte O_APPEND writes per second from `writers` threads making `count` each, into a file
+    of their own or one shared file; the opens are not timed, the closes are (they commit).
+    Then checks every file: its size, and that each 64-byte record is one writer's, whole (O_APPEND
+    never interleaves records), and that no record is missing."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [directory / ("shared" if shared else f"w{w}") for w in range(writers)]
+    for path in set(paths):
+        path.unlink(missing_ok=True)
+    fds = [os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) for path in paths]
+    start = threading.Barrier(writers + 1)
+
+    def run(w: int) -> None:
+        record = bytes([65 + w]) * (RECORD - 1) + b"\n"
+        fd = fds[w]
+        start.wait()
+        for _ in range(count):
+            os.write(fd, record)
+        os.close(fd)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(writers)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    rate = writers * count / (time.perf_counter() - started)
+    seen: dict[int, int] = {}
+    for path in set(paths):
+        data = path.read_bytes()
+        for offset in range(0, len(data), RECORD):
+            record = data[offset:offset + RECORD]
+            if record[:1] * (RECORD - 1) + b"\n" != record:
+                raise AssertionError(f"{path}: torn record at {offset}: {record!r}")
+            seen[record[0] - 65] = seen.get(record[0] - 65, 0) + 1
+    if seen != {w: count for w in range(writers)}:
+        raise AssertionError(f"records per writer {seen}, expected {count} each")
+    return rate
+
+
+def run_appends(mount: pathlib.Path, local: pathlib.Path, total: int, repeats: int) -> dict[str, Any]:
+    """`total` appends per row, shared among its writers (as generic/069's writers share 3 million)."""
+    results: dict[str, Any] = {}
+    for writers in APPEND_WRITERS:
+        count = total // writers
+        for shared in (False, True) if writers > 1 else (False,):
+            key = f"append_64_t{writers}" + ("_shared" if shared else "")
+            print(f"{key}...", flush=True)
+            results[key] = common.paired(
+                lambda: append_rate(mount / "appends", writers, count, shared=shared),  # noqa: B023
+                lambda: append_rate(local / "appends", writers, count, shared=shared),  # noqa: B023
+                repeats).summary()
+    return results
+
+
 def _rate(action: Callable[[Any], object], groups: list[list[Any]]) -> float:
     """Operations per second, one thread per group."""
     def run(group: list[Any]) -> None:
@@ -247,46 +315,59 @@ def main(argv: list[str]) -> int:
     size = (32 if args.quick else args.size_mib) * MiB
     files = 200 if args.quick else args.files
     randoms = 300 if args.quick else args.random_reads
+    appends = 3000 if args.quick else args.appends
     info = common.machine()
+    fio: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-fuse-") as tmp:
         root = pathlib.Path(tmp)
         worker_node = "bench-node"
         node = worker_node if args.local else "bench-client"
         with Cluster(root / "cluster", workers=1, node_names=[worker_node]) as cluster:
             client = cluster.client(node=node)
-            with Mount(cluster.master_address, root / "mnt", args=["--node", node], env={"CURVINE_FUSE_FAIL_FAST": "0"}) as mount:
-                bench = Bench(client, mount.path, node)
+            with Mount(cluster.master_address, root / "mnt", args=["--node", node, *args.mount_option],
+                       env={"CURVINE_FUSE_FAIL_FAST": "0"}) as mount:
                 results: dict[str, Any] = {}
-                print(f"sequential {size // MiB} MiB x {repeats}...", flush=True)
-                write = common.paired(lambda: bench.mount_write(bench._fresh("seq-mnt"), size),
-                                      lambda: bench.lib_write(bench._fresh("seq-lib"), size), repeats)
-                results["seq_write_1m"] = write.summary()
-                bench.mount_write("read-me", size)
-                read = common.paired(lambda: bench.mount_read("read-me"), lambda: bench.lib_read("read-me"), repeats)
-                results["seq_read_1m"] = read.summary()
-                results["seq_reread_warm"] = common.paired(lambda: bench.mount_read("read-me", cold=False),
-                                                           lambda: bench.mount_read("read-me"), repeats).summary()
-                print("random 4 KiB...", flush=True)
-                results["rand_read_4k_buffered"] = common.paired(
-                    lambda: bench.mount_random("read-me", size, randoms, 1, direct=False),
-                    lambda: bench.lib_random("read-me", size, randoms, 1), repeats).summary()
-                results["rand_read_4k_direct"] = common.paired(
-                    lambda: bench.mount_random("read-me", size, randoms, 2, direct=True),
-                    lambda: bench.lib_random("read-me", size, randoms, 2), repeats).summary()
-                print("metadata...", flush=True)
-                for threads in sorted({1, args.threads}):
-                    runs = [(bench.lib_meta(files, threads), bench.mount_meta(files, threads, 1.0))
-                            for _ in range(repeats)]
-                    for op in ("create", "stat", "unlink"):
-                        results[f"{op}_t{threads}"] = common.Paired(
-                            tuple(m[op] for _, m in runs), tuple(lib[op] for lib, _ in runs)).summary()
-                    results[f"stat_warm_t{threads}"] = {"subject_median": common.median(m["stat_warm"] for _, m in runs)}
-                fio = {} if args.no_fio else run_fio(mount.path, min(size // MiB, 256), args.quick)
+                if not args.appends_only:
+                    results = run_main_rows(Bench(client, mount.path, node), args, size, files, randoms, repeats)
+                results.update(run_appends(mount.path, root / "local", appends, repeats))
+                if not args.no_fio and not args.appends_only:
+                    fio = run_fio(mount.path, min(size // MiB, 256), args.quick)
     payload = {"machine": info, "config": {"size_mib": size // MiB, "files": files, "random_reads": randoms,
-                                            "threads": args.threads, "repeats": repeats, "local": args.local},
+                                            "threads": args.threads, "repeats": repeats, "local": args.local,
+                                            "appends": appends, "mount_options": args.mount_option},
                "targets": TARGETS, "results": results, "fio": fio}
-    common.publish(NAME, args, payload, doc_section(info, payload))
+    name = NAME + "-appends" if args.appends_only else NAME
+    common.publish(name, args, payload, doc_section(info, payload))
     return 0
+
+
+def run_main_rows(bench: Bench, args: Any, size: int, files: int, randoms: int, repeats: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    print(f"sequential {size // MiB} MiB x {repeats}...", flush=True)
+    write = common.paired(lambda: bench.mount_write(bench._fresh("seq-mnt"), size),
+                          lambda: bench.lib_write(bench._fresh("seq-lib"), size), repeats)
+    results["seq_write_1m"] = write.summary()
+    bench.mount_write("read-me", size)
+    read = common.paired(lambda: bench.mount_read("read-me"), lambda: bench.lib_read("read-me"), repeats)
+    results["seq_read_1m"] = read.summary()
+    results["seq_reread_warm"] = common.paired(lambda: bench.mount_read("read-me", cold=False),
+                                               lambda: bench.mount_read("read-me"), repeats).summary()
+    print("random 4 KiB...", flush=True)
+    results["rand_read_4k_buffered"] = common.paired(
+        lambda: bench.mount_random("read-me", size, randoms, 1, direct=False),
+        lambda: bench.lib_random("read-me", size, randoms, 1), repeats).summary()
+    results["rand_read_4k_direct"] = common.paired(
+        lambda: bench.mount_random("read-me", size, randoms, 2, direct=True),
+        lambda: bench.lib_random("read-me", size, randoms, 2), repeats).summary()
+    print("metadata...", flush=True)
+    for threads in sorted({1, args.threads}):
+        runs = [(bench.lib_meta(files, threads), bench.mount_meta(files, threads, 1.0))
+                for _ in range(repeats)]
+        for op in ("create", "stat", "unlink"):
+            results[f"{op}_t{threads}"] = common.Paired(
+                tuple(m[op] for _, m in runs), tuple(lib[op] for lib, _ in runs)).summary()
+        results[f"stat_warm_t{threads}"] = {"subject_median": common.median(m["stat_warm"] for _, m in runs)}
+    return results
 
 
 def doc_section(info: dict[str, Any], payload: dict[str, Any]) -> str:
@@ -302,14 +383,14 @@ def doc_section(info: dict[str, Any], payload: dict[str, Any]) -> str:
         return [f"{r[key]['subject_median']:,.0f}/s", f"{r[key]['baseline_median']:,.0f}/s",
                 f"{r[key]['ratio_median']:.2f}x"]
 
-    rows = [
+    rows = [] if "seq_write_1m" not in r else [
         ["sequential write, 1 MiB writes (close included)", *gb("seq_write_1m"), ">= 0.8x"],
         ["sequential read, 1 MiB reads (cold)", *gb("seq_read_1m"), ">= 0.8x"],
         ["warm re-read (unchanged file) / cold mount read", *gb("seq_reread_warm"), ">= 3x"],
         ["random read 4 KiB, page cache", *ops("rand_read_4k_buffered"), ""],
         ["random read 4 KiB, O_DIRECT", *ops("rand_read_4k_direct"), ""],
     ]
-    for t in sorted({1, threads}):
+    for t in sorted({1, threads}) if "seq_write_1m" in r else ():
         rows += [
             [f"create, {t} thread(s)", *ops(f"create_t{t}"), ">= 1,000/s"],
             [f"stat (kernel caches expired), {t} thread(s)", *ops(f"stat_t{t}"), ">= 3,000/s"],
@@ -317,17 +398,33 @@ def doc_section(info: dict[str, Any], payload: dict[str, Any]) -> str:
              f"{r[f'stat_warm_t{t}']['subject_median']:,.0f}/s", "", "", ""],
             [f"unlink, {t} thread(s)", *ops(f"unlink_t{t}"), ""],
         ]
+    def small(key: str) -> list[str]:    # far below the local directory: ratios need three decimals
+        return [*ops(key)[:2], f"{r[key]['ratio_median']:.3f}x"]
+
+    append_rows = [[f"64-byte O_APPEND writes, {label}", *small(key), ""]
+                   for key, label in (("append_64_t1", "1 writer"), ("append_64_t6", "6 writers, own files"),
+                                      ("append_64_t6_shared", "6 writers, one file")) if key in r]
+    extra = f" {' '.join(c['mount_options'])}" if c.get("mount_options") else ""
     body = [
-        "## FUSE mount vs client library (`curvine-py bench fuse`)",
+        "## FUSE mount vs client library (`curvine-py bench fuse`)"
+        + (f" (small appends: `--appends-only{extra}`)" if "seq_write_1m" not in r else ""),
         "",
         common.machine_line(info),
-        (f"One master and one worker on loopback; the mount and the library use the same node name "
+        (f"One master and one worker on loopback; medians of {c['repeats']} paired repeats."
+         if not rows else
+         f"One master and one worker on loopback; the mount and the library use the same node name "
         f"({'the worker' + chr(39) + 's: short-circuit reads' if c['local'] else 'not the worker' + chr(39) + 's: TCP'}). "
         f"{c['size_mib']} MiB file, {c['files']} files per metadata run, {c['random_reads']} random reads, "
         f"medians of {c['repeats']} paired repeats."),
-        "",
-        common.table(["operation", "mount", "library", "mount / library", "target"], rows),
     ]
+    if rows:
+        body += ["", common.table(["operation", "mount", "library", "mount / library", "target"], rows)]
+    if append_rows:
+        body += ["", (f"Small appends: {c['appends']:,} per row and repeat shared among its writers (threads), "
+                      "close included; "
+                      "the baseline is the same writes into a local directory (the bench's temporary "
+                      "directory), the physical limit."), "",
+                 common.table(["operation", "mount", "local directory", "mount / local", "target"], append_rows)]
     fio = payload.get("fio") or {}
     if fio and "skipped" not in fio:
         body += ["", "fio on the mount (psync, --iomem=mmap):", "",

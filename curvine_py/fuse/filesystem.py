@@ -38,6 +38,7 @@ class Filesystem:
         self.setter = AttrSetter(self.ctx)
         self.dirs = Directories(self.ctx, self.nodes)
         self.xattrs = Xattrs(self.ctx)
+        self.files.drop_capability = self.xattrs.drop_capability
 
     async def getattr(self, ino: int) -> cpb.Attr:
         return await self.ctx.getattr(ino)

@@ -2,6 +2,24 @@
 read (from memory, the trio data plane, or the threaded client), write, flush/fsync (commit) and
 release (the last one commits, closes, and frees an unlinked file's orphan).
 
+Appends: an O_APPEND open for writing is served as direct I/O (FOPEN_DIRECT_IO). On a cached
+open every write(2) costs the kernel two requests, a GETXATTR of security.capability (its
+killpriv check: FUSE clears SB_NOSEC unless FUSE_HANDLE_KILLPRIV_V2 is negotiated, which libfuse
+3.14 cannot) and the WRITE; a direct write skips the check, so it costs one, and small appends run
+about twice as fast. The kernel still serialises appends to one inode and invalidates cached
+pages a direct write covers, so other descriptors on this node see them; what the check did is
+done here instead: setuid/setgid cleared for non-root writers (below, as for every write) and the
+security.capability xattr dropped at the handle's first write (Files.drop_capability).
+
+Where an append lands: at the end of the file as this mount knows it (the size the master had
+when the file was opened or re-opened here, plus this mount's own writes since), or at the
+kernel's offset if that is further. The kernel computes the offset from its cached size, which
+can predate a commit from another node (a stat within the attribute timeout); the mount's open
+has just fetched the block map. So on one node appends never overwrite each other, and across
+nodes close-to-open holds for appends too: after a close on node A, appends through a later open
+on node B follow A's data. Appends from two nodes whose opens overlap are not merged (each commit
+carries its node's view; the same as O_APPEND over NFS).
+
 Concurrency rule (fuse/state.py): the tables are touched from trio tasks only; code that checks
 a table, awaits, then mutates it checks again after the await (open and release below).
 """
@@ -31,6 +49,11 @@ from curvine_py.proto.curvine.v1 import master_pb2 as pb
 log = logging.getLogger(__name__)
 
 
+def appends(flags: int) -> bool:
+    """An open served as direct I/O for its appends (see the module's docstring)."""
+    return bool(flags & os.O_APPEND) and flags & os.O_ACCMODE != os.O_RDONLY
+
+
 class Files:
     def __init__(self, ctx: MountContext, session: SessionTask, *, reader: TrioBlockReader | None = None,
                  read_ahead: int = 0, atime: AtimeUpdates | None = None) -> None:
@@ -44,6 +67,8 @@ class Files:
         # Told (parent, name, ino) when the mount itself removed a name the kernel may hold in its
         # dentry cache (a failed create): Operations invalidates the kernel's entry.
         self.removed_hook: Callable[[int, str, int], Awaitable[None]] | None = None
+        # Removes an inode's security.capability if it has one (xattrs.Xattrs.drop_capability).
+        self.drop_capability: Callable[[int], Awaitable[None]] | None = None
 
     # -- opening -----------------------------------------------------------------------------
     async def create(self, parent: int, name: str, mode: int, flags: int, uid: int,
@@ -69,6 +94,7 @@ class Files:
         # A file of size 0 has no blocks: skip GetBlocks (one round trip less per create).
         known = pb.BlocksReply(attr=attr) if attr.size == 0 else None
         handle = await self._open_attr(attr, flags, uid, known, cacheable=False)
+        handle.appending = appends(flags)
         if created and handle.open.handles == 1:
             handle.open.created_as = (parent, name)
         return handle, attr
@@ -91,8 +117,10 @@ class Files:
                 await ctx.data(opened.file.setattr, request)
             else:
                 await ctx.icall(ctx.master.setattr, request)
-        direct = bool(flags & os.O_DIRECT)
-        return await self._open_attr(cpb.Attr(ino=ino), flags, uid, None, cacheable=not direct)
+        direct = bool(flags & os.O_DIRECT) or appends(flags)
+        handle = await self._open_attr(cpb.Attr(ino=ino), flags, uid, None, cacheable=not direct)
+        handle.appending = appends(flags)
+        return handle
 
     async def _open_attr(self, attr: cpb.Attr, flags: int, uid: int, known: pb.BlocksReply | None, *,
                          cacheable: bool) -> FileHandle:
@@ -201,6 +229,12 @@ class Files:
             request = pb.SetAttrRequest(ino=opened.ino, mode=kill_suid_sgid(opened.mode))
             attr: cpb.Attr = await ctx.icall(ctx.master.setattr, request)
             opened.mode = attr.mode
+        if handle.appending and not handle.caps_dropped and self.drop_capability is not None:
+            await self.drop_capability(opened.ino)
+            handle.caps_dropped = True
+        if handle.appending:
+            # The end of the file as this mount knows it, when the kernel's is older (module docstring).
+            offset = max(offset, opened.file.size)
         ctx.versions.forget(opened.ino)
         n = opened.file.try_pwrite(offset, data)      # into memory: no thread hop
         if n is None:

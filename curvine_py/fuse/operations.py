@@ -97,8 +97,8 @@ class Operations(pyfuse3.Operations):
         self.lookups.add(entry.st_ino)
         return entry
 
-    def _file_info(self, fh: int) -> pyfuse3.FileInfo:
-        return pyfuse3.FileInfo(fh=fh, direct_io=self._direct_io, keep_cache=self._keep_cache)
+    def _file_info(self, fh: int, *, direct: bool = False) -> pyfuse3.FileInfo:
+        return pyfuse3.FileInfo(fh=fh, direct_io=self._direct_io or direct, keep_cache=self._keep_cache)
 
     # -- names -------------------------------------------------------------------------------
     @boundary
@@ -189,12 +189,12 @@ class Operations(pyfuse3.Operations):
         if stat.S_IFMT(mode) not in (0, stat.S_IFREG):
             raise CurvineError("create of a non-regular file", errno=errno.EINVAL)
         handle, attr = await self.fs.files.create(self._m(parent_inode), _name(name), mode, flags, ctx.uid, ctx.gid)
-        return self._file_info(handle.fh), self._reference(attr)
+        return self._file_info(handle.fh, direct=handle.appending), self._reference(attr)
 
     @boundary
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         handle = await self.fs.files.open(self._m(inode), flags, ctx.uid)
-        direct = self._direct_io or bool(flags & os.O_DIRECT)
+        direct = self._direct_io or bool(flags & os.O_DIRECT) or handle.appending
         keep = self._keep_cache or (handle.keep_cache and not direct)
         if handle.new_content and not self._keep_cache:
             self._invalidate_attributes(inode)

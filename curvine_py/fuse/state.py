@@ -73,6 +73,10 @@ class FileHandle:
     writable: bool
     keep_cache: bool = False    # this open keeps the kernel's page cache (fuse/pagecache.py)
     new_content: bool = False   # this open found a content the kernel may not know: its attributes are stale
+    # An O_APPEND open for writing, served as direct I/O (handles.py, "appends"): its first write
+    # drops the file's security.capability, which the kernel's killpriv check would have done.
+    appending: bool = False
+    caps_dropped: bool = False
 
 
 @dataclass(slots=True)

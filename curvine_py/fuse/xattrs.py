@@ -47,6 +47,15 @@ class Xattrs:
             return value
         return await ctx.icall(ctx.master.getxattr, ino, name)
 
+    async def drop_capability(self, ino: int) -> None:
+        """What the kernel's killpriv check does before a write it sends through the page cache:
+        a file that has security.capability loses it (direct writes skip that check, handles.py)."""
+        try:
+            await self.getxattr(ino, CAPABILITY)
+        except NoData:
+            return
+        await self.removexattr(ino, CAPABILITY)
+
     def _remember_capability(self, ino: int, value: bytes | None) -> None:
         if self.ctx.attrs.ttl > 0:
             if len(self._capability) > 100_000:
