@@ -55,11 +55,22 @@ def entry_attributes(attr: cpb.Attr, inodes: InodeMap, timeouts: Timeouts, *,
     entry.st_rdev = attr.rdev
     entry.st_size = attr.size if size is None else size
     entry.st_blksize = BLKSIZE
-    entry.st_blocks = -(-entry.st_size // 512)
+    entry.st_blocks = st_blocks(attr, size)
     entry.st_atime_ns = attr.atime_ns if atime_ns is None else max(atime_ns, attr.atime_ns)
     entry.st_mtime_ns = attr.mtime_ns if mtime_ns is None else mtime_ns
     entry.st_ctime_ns = attr.ctime_ns if mtime_ns is None else max(mtime_ns, attr.ctime_ns)
     return entry
+
+
+def st_blocks(attr: cpb.Attr, size: int | None = None) -> int:
+    """512-byte units actually stored: for a regular file the bytes of its committed blocks (the
+    master's count), so holes of a sparse or truncated-up file take no room and `du` tells the
+    truth; with uncommitted writes open here (`size` given) the larger of that and the size, since
+    where the pending bytes land is not known yet. Other types: their size."""
+    if attr.type == cpb.REGULAR:
+        stored = attr.stored_bytes if size is None else max(attr.stored_bytes, size)
+        return -(-stored // 512)
+    return -(-(attr.size if size is None else size) // 512)
 
 
 def negative_entry(timeouts: Timeouts) -> pyfuse3.EntryAttributes:
