@@ -6,7 +6,7 @@ answers EOPNOTSUPP itself for every later fallocate(2) on the mount. What each c
   EOPNOTSUPP, the file unchanged;
 - posix_fallocate(3): glibc emulates it (a one-byte write into every 4 KiB block the range adds
   or that reads as zero), so it works: the size grows, the new bytes read as zeros, what was
-  there stays, and it is committed like any write;
+  there stays, and it is committed like any write; on an O_APPEND descriptor glibc answers EBADF;
 - fallocate(1): `-l` (mode 0), `-p`, `-z`, `-c` fail ("Operation not supported"; for `-p` util-linux
   says "keep size mode is unsupported"); `-x` (posix_fallocate) works.
 """
@@ -75,6 +75,19 @@ def test_posix_fallocate_of_a_range_past_the_end_leaves_zeros_before_it(d: pathl
     finally:
         os.close(fd)
     assert (d / "f").read_bytes() == bytes(2 * MiB + 4096)
+
+
+def test_posix_fallocate_on_an_append_descriptor_is_ebadf(d: pathlib.Path) -> None:
+    """glibc's emulation refuses O_APPEND descriptors (its one-byte writes would land at the end)."""
+    (d / "f").write_bytes(b"abc")
+    fd = os.open(d / "f", os.O_WRONLY | os.O_APPEND)
+    try:
+        with pytest.raises(OSError) as refused:
+            os.posix_fallocate(fd, 0, MiB)
+        assert refused.value.errno == errno.EBADF
+    finally:
+        os.close(fd)
+    assert (d / "f").read_bytes() == b"abc"
 
 
 @pytest.mark.parametrize("mode", [0, KEEP_SIZE, PUNCH_HOLE | KEEP_SIZE, COLLAPSE_RANGE, ZERO_RANGE,
