@@ -85,11 +85,16 @@ def run_case(cluster: Any, raw: RawClient, raw_pid: int, worker_pid: int, size: 
     if profiler and profile_dir:
         time.sleep(0.5)   # the worker's connections end and dump their stats
         workers = [str(f) for f in profile_dir.glob("worker-data-*.prof")]
-        print(f"\n=== client, {op} of {size} bytes ({args.repeats * args.count} requests)")
-        print(top(pstats.Stats(profiler)))
+        requests = args.repeats * args.count
+        client_stats = pstats.Stats(profiler)
+        print(f"\n=== client, {op} of {size} bytes ({requests} requests, "
+              f"{client_stats.total_calls / requests:.0f} calls each)")   # type: ignore[attr-defined]
+        print(top(client_stats))
         if workers:
-            print(f"\n=== worker, {op} of {size} bytes (its data connections; deletes included)")
-            print(top(pstats.Stats(*workers)))
+            worker_stats = pstats.Stats(*workers)
+            print(f"\n=== worker, {op} of {size} bytes (its data connections; deletes included; "
+                  f"{worker_stats.total_calls / requests:.0f} calls per {op})")   # type: ignore[attr-defined]
+            print(top(worker_stats))
             for f in workers:
                 os.unlink(f)
 

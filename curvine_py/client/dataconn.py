@@ -134,8 +134,9 @@ class WorkerConnection:
         in `Reply.digests`. `deadline`: see the module docstring. An error reply raises its
         CurvineError; one saying the worker lacks resources raises Busy."""
         request_id = next(self._ids) & frames.MAX_REQUEST_ID
-        where = f"worker {self.address[0]}:{self.address[1]}"
-        with self._transport_errors(where, op, restore_timeout=deadline is not None):
+        # (try/except rather than a context manager: this runs for every request, and a generator-
+        # based context manager costs a dozen Python calls; see _transport_failure.)
+        try:
             self._wait_at_most(deadline, op)
             self._send(op, request_id, header, payload)
             self._wait_at_most(deadline, op)
@@ -144,10 +145,17 @@ class WorkerConnection:
                 raise ProtocolError(f"reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
             self._wait_at_most(deadline, op)
             data, chunk_digests = self._receive_payload(prefix.payload_length, out, digest)
-        answer = self._answer(where, reply, data, chunk_digests)
-        if isinstance(answer, CurvineError):
-            raise answer
-        return answer
+        except Exception as exc:
+            failure = self._transport_failure(exc, op)
+            if failure is exc:
+                raise
+            raise failure from None
+        finally:
+            if deadline is not None and not self._kernel_timeouts:
+                self._restore_timeout()
+        if not reply.errno:
+            return Reply(reply, data, chunk_digests)
+        raise self._error_reply(reply)
 
     def request_many(self, op: frames.Op, headers: list[DataHeader], outs: list[memoryview | None], *,
                      depth: int = PIPELINE_DEPTH, each_s: float | None = None) -> list[Reply | CurvineError]:
@@ -162,11 +170,10 @@ class WorkerConnection:
         silent worker still is."""
         if len(headers) != len(outs):
             raise LocalProtocolError(f"{len(headers)} requests but {len(outs)} buffers")
-        where = f"worker {self.address[0]}:{self.address[1]}"
         ids = [next(self._ids) & frames.MAX_REQUEST_ID for _ in headers]
         results: list[Reply | CurvineError] = []
         sent = 0
-        with self._transport_errors(where, op, restore_timeout=each_s is not None):
+        try:
             for index, request_id in enumerate(ids):
                 deadline = None if each_s is None else time.monotonic() + each_s
                 self._wait_at_most(deadline, op)
@@ -183,36 +190,43 @@ class WorkerConnection:
                 except InvalidArgument as exc:     # drained: the stream is in sync
                     results.append(exc)
                     continue
-                results.append(self._answer(where, reply, data, chunk_digests))
+                results.append(Reply(reply, data, chunk_digests) if not reply.errno else self._error_reply(reply))
+        except Exception as exc:
+            failure = self._transport_failure(exc, op)
+            if failure is exc:
+                raise
+            raise failure from None
+        finally:
+            if each_s is not None and not self._kernel_timeouts:
+                self._restore_timeout()
         return results
 
-    @contextlib.contextmanager
-    def _transport_errors(self, where: str, op: frames.Op, *, restore_timeout: bool) -> Iterator[None]:
-        """Maps a transport failure to its CurvineError (Timeout, Unavailable); after any of them,
-        and a protocol error, the connection is closed (its stream position is lost). With
-        `restore_timeout`, the socket gets its bulk timeout back (a deadline shortened it)."""
-        try:
-            yield
-        except (TimeoutError, BlockingIOError):    # BlockingIOError: a kernel timeout (EAGAIN)
-            self.close()
-            raise Timeout(f"{where} did not answer {op.name} in time") from None
-        except OSError as exc:
-            self.close()
-            raise Unavailable(f"{where}: {exc.strerror or exc}", errno=exc.errno or None) from None
-        except (Unavailable, ProtocolError, Timeout):
-            self.close()
-            raise
-        finally:
-            if restore_timeout and not self._kernel_timeouts and self._sock.fileno() >= 0:
-                self._sock.settimeout(self._timeout_s)
+    @property
+    def where(self) -> str:
+        return f"worker {self.address[0]}:{self.address[1]}"
 
-    @staticmethod
-    def _answer(where: str, reply: DataHeader, data: memoryview | None,
-                chunk_digests: list[int] | None) -> Reply | CurvineError:
-        if not reply.errno:
-            return Reply(reply, data, chunk_digests)
+    def _transport_failure(self, exc: Exception, op: frames.Op) -> Exception:
+        """What a request raises for `exc`: a transport failure mapped to its CurvineError (Timeout,
+        Unavailable), anything else as it is. After a transport failure or a protocol error the
+        connection is closed (its stream position is lost)."""
+        if isinstance(exc, (TimeoutError, BlockingIOError)):   # BlockingIOError: a kernel timeout
+            self.close()
+            return Timeout(f"{self.where} did not answer {op.name} in time")
+        if isinstance(exc, OSError):
+            self.close()
+            return Unavailable(f"{self.where}: {exc.strerror or exc}", errno=exc.errno or None)
+        if isinstance(exc, (Unavailable, ProtocolError, Timeout)):
+            self.close()
+        return exc
+
+    def _restore_timeout(self) -> None:
+        """A Python-timeout (TLS) socket gets its bulk timeout back after a deadline shortened it."""
+        if self._sock.fileno() >= 0:
+            self._sock.settimeout(self._timeout_s)
+
+    def _error_reply(self, reply: DataHeader) -> CurvineError:
         error = from_errno(reply.errno, reply.message)
-        return Busy(f"{where} is busy: {reply.message}", errno=reply.errno) if isinstance(error, Busy) else error
+        return Busy(f"{self.where} is busy: {reply.message}", errno=reply.errno) if isinstance(error, Busy) else error
 
     def _wait_at_most(self, deadline: float | None, op: frames.Op) -> None:
         """Bounds the next blocking step by what remains of the deadline (without one: by the bulk
@@ -289,29 +303,33 @@ class ConnectionPool:
     @contextlib.contextmanager
     def connection(self, host: str, port: int, deadline: float | None = None) -> Iterator[WorkerConnection]:
         """A pooled connection (a new one, connected within `deadline`, when none is idle)."""
-        key = (host, port)
+        conn = self.acquire(host, port, deadline)
+        try:
+            yield conn
+        except BaseException as exc:
+            self.release(conn, exc)
+            raise
+        self.release(conn)
+
+    def acquire(self, host: str, port: int, deadline: float | None = None) -> WorkerConnection:
+        """`connection` without the context manager (for the per-request path): hand it back
+        with `release`, whatever happens."""
         with self._lock:
-            idle = self._idle.get(key)
+            idle = self._idle.get((host, port))
             conn = idle.pop() if idle else None
         if conn is None:
             conn = WorkerConnection(host, port, token=self._token, timeout_s=self._timeout_s,
                                     max_payload=self._max_payload, deadline=deadline, tls=self._tls)
-        try:
-            yield conn
-        except Busy:
-            self._give_back(key, conn)   # an answer: the stream is in sync
-            raise
-        except (Unavailable, Timeout, ProtocolError):
-            conn.close()
-            raise
-        except CurvineError:
-            self._give_back(key, conn)
-            raise
-        except BaseException:
-            conn.close()
-            raise
+        return conn
+
+    def release(self, conn: WorkerConnection, error: BaseException | None = None) -> None:
+        """Back to the pool after a success or an error reply (Busy included: the stream is in
+        sync); closed after a transport failure, a protocol error or anything unexpected."""
+        if error is None or isinstance(error, Busy) or (
+                isinstance(error, CurvineError) and not isinstance(error, (Unavailable, Timeout, ProtocolError))):
+            self._give_back(conn.address, conn)
         else:
-            self._give_back(key, conn)
+            conn.close()
 
     def _give_back(self, key: tuple[str, int], conn: WorkerConnection) -> None:
         with self._lock:

@@ -70,10 +70,17 @@ class WorkerIO:
         WorkerConnection.request. `deadline_s`: the whole call (connect and retry included) gives
         up after this long with Timeout; None: only the bulk data timeout bounds each wait."""
         deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        pool = self.pool
         for attempt in (1, 2):
             try:
-                with self.pool.connection(worker.host, worker.port, deadline) as conn:
-                    return conn.request(op, header, payload, out, digest=digest, deadline=deadline)
+                conn = pool.acquire(worker.host, worker.port, deadline)
+                try:
+                    reply = conn.request(op, header, payload, out, digest=digest, deadline=deadline)
+                except BaseException as exc:
+                    pool.release(conn, exc)
+                    raise
+                pool.release(conn)
+                return reply
             except Busy:
                 raise      # it answered: a fresh connection would only cost it another fd
             except Unavailable:
