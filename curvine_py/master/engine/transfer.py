@@ -83,4 +83,5 @@ def load(ns: Namespace, reader: DumpReader, *, force: bool = False, advance: Pro
                 advance(len(batch))
         # reader.rows() returned: the trailer checked out, so commit.
         ns.set_next_ino(header.next_ino)
+        ns.loaded()
     return Moved(moved, tuple(counts.items()), header.schema_version)

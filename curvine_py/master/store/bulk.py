@@ -80,6 +80,12 @@ class Bulk(Database):
         if self.dialect == SQLITE:
             self._db.execute("DELETE FROM sqlite_sequence")
 
+    def loaded(self) -> None:
+        """After a load: PostgreSQL plans by table statistics, and a COPY leaves none until
+        autovacuum gets to it (SQLite plans by its indexes alone)."""
+        if self.dialect != SQLITE:
+            self._db.execute("ANALYZE")
+
     def insert_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         self._quota_free = False
         if self.dialect != SQLITE:
