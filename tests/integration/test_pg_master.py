@@ -85,16 +85,36 @@ def test_postgresql_restarted_under_a_create_loop(tmp_path: pathlib.Path, pg: pg
                     time.sleep(0.05)
                 i += 1
 
-        loop = threading.Thread(target=creates)
-        loop.start()
+        reader = cluster.client()                       # the default 5 s deadline
+        reads: list[int] = []
+        read_failures: list[tuple[float, BaseException]] = []
+
+        def stats() -> None:                            # served by the reader pool, not the writer
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    reader.fs.stat("/loop")
+                    reads.append(1)
+                except CurvineError as exc:
+                    read_failures.append((time.monotonic() - started, exc))
+                    time.sleep(0.05)
+
+        loops = [threading.Thread(target=creates), threading.Thread(target=stats)]
+        for loop in loops:
+            loop.start()
         try:
             wait_until(lambda: len(acknowledged) >= 20, 20, "creates before the restart")
             pg.restart(down_s=2.0)
-            before = len(acknowledged)
-            wait_until(lambda: len(acknowledged) >= before + 20, 30, "creates after the restart")
+            before, read_before = len(acknowledged), len(reads)
+            wait_until(lambda: len(acknowledged) >= before + 20 and len(reads) >= read_before + 20, 30,
+                       "creates and reads after the restart")
         finally:
             stop.set()
-            loop.join()
+            for loop in loops:
+                loop.join()
+        assert read_failures, "no read met the restart"
+        assert all(elapsed < 6.0 and isinstance(exc, Unavailable) for elapsed, exc in read_failures), \
+            read_failures
         assert cluster.master is not None and cluster.master.alive()      # reconnected by itself
         # Meanwhile calls failed, each within its deadline (3 s, plus the channel's slack), with
         # UNAVAILABLE: never a hang, never an internal error.

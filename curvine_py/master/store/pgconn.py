@@ -25,7 +25,7 @@ from curvine_py.core.errors import CurvineError, Unavailable
 
 _GROUP_CONCAT = re.compile(r"\bgroup_concat\(([^()]*)\)", re.IGNORECASE)
 _BUSY = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR, pq.TransactionStatus.ACTIVE)
-READ_TIMEOUT_S = 5.0             # a handler thread waits this long for a pooled reader connection
+READ_TIMEOUT_S = 1.5             # a pooled reader is waited for this long, twice at most: under a 5 s client deadline
 
 
 @functools.lru_cache(maxsize=4096)
