@@ -147,3 +147,24 @@ def test_a_reader_sees_committed_state_only_and_cannot_write(ns: Namespace) -> N
             ns.lookup(ROOT_INO, "sneaky")
     finally:
         reader.close()
+
+
+def test_a_statement_failing_in_flight_fails_its_own_call_only(ns: Namespace) -> None:
+    """On PostgreSQL a statement whose result nobody reads is only sent (pipeline mode): its error
+    arrives later. It must still fail its own unit, roll back that unit's other writes, and leave the
+    batch's other calls to commit (SQLite raises at once; the outcome is the same)."""
+    duplicate = (sqlite3.IntegrityError, psycopg.errors.UniqueViolation)
+    with ns.batch():
+        ns.create(ROOT_INO, "a", FileType.REGULAR, 0o644)
+        with pytest.raises(duplicate), ns.transaction():
+            ns._db.execute("INSERT INTO xattrs (ino, name, value) VALUES (?, ?, ?)", (ROOT_INO, "user.partial", b"x"))
+            ns._db.execute("INSERT INTO dentries (parent, name, ino) VALUES (?, 'a', 999)", (ROOT_INO,))
+        # A failure of the code itself, while a failed statement is still in flight.
+        with pytest.raises((NotFound, *duplicate)), ns.transaction():
+            ns._db.execute("INSERT INTO xattrs (ino, name, value) VALUES (?, ?, ?)", (ROOT_INO, "user.partial2", b"y"))
+            ns._db.execute("INSERT INTO dentries (parent, name, ino) VALUES (?, 'a', 998)", (ROOT_INO,))
+            raise NotFound("after a statement that failed in flight")
+        ns.create(ROOT_INO, "b", FileType.REGULAR, 0o644)
+    assert [e.name for e in ns.readdir(ROOT_INO)[0]] == ["a", "b"]
+    assert ns.listxattr(ROOT_INO) == []
+    assert not ns._db.in_transaction

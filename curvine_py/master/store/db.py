@@ -177,11 +177,13 @@ class Database:
             self._db.execute("SAVEPOINT op")
             try:
                 yield
+                # Inside the try: on PostgreSQL the RELEASE is where a statement still in flight
+                # reports its error (store/pgconn.py), which must roll back this unit alone.
+                self._db.execute("RELEASE op")
             except BaseException:
                 self._db.execute("ROLLBACK TO op")
                 self._db.execute("RELEASE op")
                 raise
-            self._db.execute("RELEASE op")
             return
         with self._immediate():
             yield

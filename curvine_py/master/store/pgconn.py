@@ -13,10 +13,11 @@ psycopg error: the caller's RPC fails within its deadline and is retried. The wr
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq
@@ -25,6 +26,7 @@ from curvine_py.core.errors import CurvineError, Unavailable
 
 _GROUP_CONCAT = re.compile(r"\bgroup_concat\(([^()]*)\)", re.IGNORECASE)
 _BUSY = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR, pq.TransactionStatus.ACTIVE)
+T = TypeVar("T")
 READ_TIMEOUT_S = 1.5             # a pooled reader is waited for this long, twice at most: under a 5 s client deadline
 
 
@@ -69,61 +71,158 @@ def _run(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> Rows
     return Rows(rows, cursor.rowcount)
 
 
+class _Pending:
+    """The result of a statement sent in pipeline mode: fetched when first looked at."""
+
+    def __init__(self, cursor: psycopg.Cursor[Any], writer: PgWriter) -> None:
+        self._cursor = cursor
+        self._writer = writer
+
+    @property
+    def rowcount(self) -> int:
+        self._writer.sync()
+        return self._cursor.rowcount
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self._writer.guard(self._cursor.fetchone)
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self._writer.guard(self._cursor.fetchall)
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self.fetchall())
+
+
 class PgWriter:
     """The master's one writer session. `ensure` (pgengine.py) reconnects and re-checks leadership;
     it runs before a transaction begins, so nothing is ever written on a session that does not
-    hold the leader lock."""
+    hold the leader lock.
+
+    Inside a transaction the session is in pipeline mode: a statement is sent at once and its
+    result waited for only when the store looks at it, so the statements whose results nobody reads
+    (SAVEPOINT, most INSERTs, UPDATEs and DELETEs) travel with the next one that is read. The
+    errors of a call are all in before its savepoint is released (RELEASE waits for every result),
+    so a failing statement fails its own call: ROLLBACK TO first drains what is still in flight."""
 
     def __init__(self, conn: psycopg.Connection[Any], ensure: Callable[[], psycopg.Connection[Any]]) -> None:
         self.conn = conn
         self._ensure = ensure
+        self._pipeline: psycopg.Pipeline | None = None
+        self._manager: contextlib.AbstractContextManager[psycopg.Pipeline] | None = None
+        self._open = False                # a transaction is open (BEGIN sent, COMMIT/ROLLBACK not yet)
 
     @property
     def in_transaction(self) -> bool:
-        return not self.conn.closed and self.conn.info.transaction_status in _BUSY
+        return self._open and not (self.conn.closed or self.conn.broken)
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+    def guard(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except psycopg.Error as exc:
+            if self.conn.broken or self.conn.closed:
+                self._drop_pipeline()
+                raise lost(exc) from None
+            raise
+
+    def sync(self) -> None:
+        """Waits for every statement in flight; raises the first one's error."""
+        if self._pipeline is not None:
+            self.guard(self._pipeline.sync)
+
+    def _drop_pipeline(self) -> None:
+        manager, self._manager, self._pipeline = self._manager, None, None
+        self._open = False
+        if manager is not None:
+            with contextlib.suppress(Exception):
+                manager.__exit__(None, None, None)
+
+    def _leave_pipeline(self) -> None:
+        manager, self._manager, self._pipeline = self._manager, None, None
+        if manager is not None:
+            self.guard(lambda: manager.__exit__(None, None, None))
+
+    def _enter_pipeline(self) -> None:
+        manager = self.conn.pipeline()
+        self._pipeline = self.guard(manager.__enter__)
+        self._manager = manager
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Rows | _Pending:
         if sql.startswith("BEGIN"):
-            self.conn = self._ensure()
-            try:
-                return _run(self.conn, sql, params)
-            except psycopg.Error:
-                if not (self.conn.broken or self.conn.closed):
-                    raise
+            self._begin(sql)
+            return Rows([], -1)
+        if sql in ("COMMIT", "ROLLBACK"):
+            self._end(sql)
+            return Rows([], -1)
+        if sql.startswith("ROLLBACK TO") and self._pipeline is not None:
+            # Whatever is still in flight belongs to the failed call: drain it, errors and all.
+            with contextlib.suppress(psycopg.Error):
+                self.sync()
+        if self._pipeline is None:
+            return self.guard(lambda: _run(self.conn, sql, params))
+        cursor = self.guard(lambda: self.conn.execute(translate(sql), params or None))
+        if sql.startswith("RELEASE"):
+            self.sync()                   # the call's errors, before it counts as done
+        return _Pending(cursor, self)
+
+    def _begin(self, sql: str) -> None:
+        self.conn = self._ensure()
+        try:
+            _run(self.conn, sql, ())
+        except psycopg.Error:
+            if not (self.conn.broken or self.conn.closed):
+                raise
             # The session died while idle (a server restart): nothing was written on it, so
             # reconnecting (and re-taking the lock) once before this transaction is safe.
             self.conn = self._ensure()
+            self.guard(lambda: _run(self.conn, sql, ()))
+        self._open = True
+        self._enter_pipeline()
+
+    def _end(self, sql: str) -> None:
         try:
-            return _run(self.conn, sql, params)
-        except psycopg.Error as exc:
-            if self.conn.broken or self.conn.closed:
-                raise lost(exc) from None
+            if self._pipeline is None:
+                self.guard(lambda: _run(self.conn, sql, ()))
+                return
+            if sql == "ROLLBACK":
+                with contextlib.suppress(psycopg.Error):
+                    self.sync()
+            self.guard(lambda: self.conn.execute(sql))
+            self._leave_pipeline()        # waits for the COMMIT: no reply before it is durable
+        except BaseException:
+            self._drop_pipeline()
+            if not (self.conn.closed or self.conn.broken) and \
+                    self.conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):
+                    self.conn.execute("ROLLBACK")    # a COMMIT that failed leaves nothing open
             raise
+        finally:
+            self._open = False
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Rows:
-        try:
+        def run() -> Rows:
             with self.conn.cursor() as cursor:
                 cursor.executemany(translate(sql), rows)
                 return Rows([], cursor.rowcount)
-        except psycopg.Error as exc:
-            if self.conn.broken or self.conn.closed:
-                raise lost(exc) from None
-            raise
+        return self.guard(run)
 
     def copy_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-        """COPY .. FROM STDIN: a bulk insert an order of magnitude faster than executemany."""
+        """COPY .. FROM STDIN: a bulk insert an order of magnitude faster than executemany (COPY
+        does not run in pipeline mode: the pipeline is left for it, inside the same transaction)."""
         cols = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
         quoted = '"' + table.replace('"', '""') + '"'
-        try:
+        in_pipeline = self._pipeline is not None
+        self._leave_pipeline()
+
+        def run() -> None:
             with self.conn.cursor() as cursor, cursor.copy(f"COPY {quoted} ({cols}) FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(row)
-        except psycopg.Error as exc:
-            if self.conn.broken or self.conn.closed:
-                raise lost(exc) from None
-            raise
+        self.guard(run)
+        if in_pipeline:
+            self._enter_pipeline()
 
     def close(self) -> None:
+        self._drop_pipeline()
         self.conn.close()
 
 
