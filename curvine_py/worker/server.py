@@ -65,7 +65,6 @@ import logging
 import os
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,9 +88,9 @@ from curvine_py.core.errors import (
 )
 from curvine_py.observe.metrics import WorkerMetrics, register_worker
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
-from curvine_py.rpc import tls
 from curvine_py.rpc.auth import token_matches
 from curvine_py.transport import blocking
+from curvine_py.worker.connwrap import PROFILE_ENV, TlsConnections, profiled, tls_handler
 from curvine_py.worker.limits import UNBOUNDED, ConnectionGate, ServerLimits
 from curvine_py.worker.listener import ConnectionHandler, Listener, bind_tcp
 from curvine_py.worker.refuser import Refuser, error_frame
@@ -513,64 +512,6 @@ def session_handler(store: Store, state: WorkerState, options: SessionOptions) -
             else:
                 session.serve()
     return serve
-
-
-PROFILE_ENV = "CURVINE_PROFILE_DIR"
-
-
-def profiled(run: Callable[[], None], directory: str, name: str) -> None:
-    """`run()` under cProfile, its stats dumped to DIRECTORY/worker-NAME-PID-THREAD.prof."""
-    import cProfile  # only when profiling is asked for
-
-    profile = cProfile.Profile()
-    try:
-        profile.runcall(run)
-    finally:
-        profile.dump_stats(os.path.join(directory, f"worker-{name}-{os.getpid()}-{threading.get_ident()}.prof"))
-
-
-class TlsConnections:
-    """The wrapped connections being served, so stop() can end them (the listener only knows the
-    plain sockets, which the handshake detached from their descriptors)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._live: set[socket.socket] = set()
-
-    def add(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._live.add(sock)
-
-    def discard(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._live.discard(sock)
-
-    def shutdown_all(self) -> None:
-        with self._lock:
-            live = list(self._live)
-        for sock in live:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-
-def tls_handler(context: ssl.SSLContext, serve: ConnectionHandler, handshake_s: float,
-                live: TlsConnections) -> ConnectionHandler:
-    """`serve` behind a TLS handshake (bounded by `handshake_s`); a peer that fails it (no TLS,
-    no or a foreign client certificate) is closed without an answer."""
-    def serve_tls(conn: socket.socket, peer: str) -> None:
-        try:
-            wrapped = tls.wrap_server(context, conn, handshake_s)
-        except (OSError, ValueError) as exc:      # ssl.SSLError is an OSError
-            log.info("data plane: TLS handshake with %s failed: %s", peer, exc)
-            conn.close()
-            return
-        live.add(wrapped)
-        try:
-            serve(wrapped, peer)
-        finally:
-            live.discard(wrapped)
-            wrapped.close()
-    return serve_tls
 
 
 class DataServer:
