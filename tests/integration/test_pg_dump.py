@@ -6,12 +6,7 @@ original row for row, and both pass their consistency check. A load into a datab
 is refused, naming the master."""
 from __future__ import annotations
 
-import os
 import pathlib
-import tempfile
-from collections.abc import Iterator
-
-import pytest
 
 from curvine_py.master.engine.open import open_namespace, open_reader
 from curvine_py.master.engine.url import parse_meta_url
@@ -26,16 +21,6 @@ DIRS = 100
 BLOCK_FILES = 5_000              # files with 2 committed blocks, each on 2 workers
 W2 = [worker("w1"), worker("w2")]
 
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[pgserver.PgServer]:
-    reason = pgserver.available()
-    if reason:
-        if os.environ.get("CURVINE_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL required (CURVINE_REQUIRE_POSTGRES=1) but cannot run: {reason}")
-        pytest.skip(reason)
-    with pgserver.PgServer(pathlib.Path(tempfile.mkdtemp(prefix="curvine-pg-")) / "pg") as server:
-        yield server
 
 
 def big_store(path: pathlib.Path) -> None:

@@ -5,11 +5,6 @@ whose place was taken meanwhile never writes again (NotLeader, lost_leadership s
 whose session merely broke, with nobody taking over, reconnects and goes on."""
 from __future__ import annotations
 
-import os
-import pathlib
-import tempfile
-from collections.abc import Iterator
-
 import psycopg
 import pytest
 
@@ -19,17 +14,6 @@ from curvine_py.master.engine.url import parse_meta_url
 from curvine_py.master.namespace import Namespace
 from curvine_py.master.types import ROOT_INO, FileType
 from tests import pgserver
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[pgserver.PgServer]:
-    reason = pgserver.available()
-    if reason:
-        if os.environ.get("CURVINE_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL required (CURVINE_REQUIRE_POSTGRES=1) but cannot run: {reason}")
-        pytest.skip(reason)
-    with pgserver.PgServer(pathlib.Path(tempfile.mkdtemp(prefix="curvine-pg-")) / "pg") as server:
-        yield server
 
 
 def _open(url: str, advertise: str) -> Namespace:

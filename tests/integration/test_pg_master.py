@@ -5,14 +5,9 @@ every acknowledged create is there, fsck clean); a wrong password or an unreacha
 master at start with a clear message and without the password."""
 from __future__ import annotations
 
-import os
 import pathlib
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from curvine_py.core.errors import CurvineError, Unavailable
 from tests import pgserver
@@ -21,16 +16,6 @@ from tests.integration.test_cli import cli
 
 MiB = 1 << 20
 
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[pgserver.PgServer]:
-    reason = pgserver.available()
-    if reason:
-        if os.environ.get("CURVINE_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL required (CURVINE_REQUIRE_POSTGRES=1) but cannot run: {reason}")
-        pytest.skip(reason)
-    with pgserver.PgServer(pathlib.Path(tempfile.mkdtemp(prefix="curvine-pg-")) / "pg") as server:
-        yield server
 
 
 def test_a_master_on_postgresql_serves_files_across_its_restart(tmp_path: pathlib.Path,

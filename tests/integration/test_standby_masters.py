@@ -5,12 +5,9 @@ operations fail for a while (each within its deadline) and then succeed again wi
 no acknowledged create or commit is lost and no byte read is wrong; the worker moves by itself."""
 from __future__ import annotations
 
-import os
 import pathlib
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import grpc
@@ -28,16 +25,6 @@ from tests.harness import FAST_TIMERS, random_bytes, wait_until
 
 KiB = 1 << 10
 
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[pgserver.PgServer]:
-    reason = pgserver.available()
-    if reason:
-        if os.environ.get("CURVINE_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL required (CURVINE_REQUIRE_POSTGRES=1) but cannot run: {reason}")
-        pytest.skip(reason)
-    with pgserver.PgServer(pathlib.Path(tempfile.mkdtemp(prefix="curvine-pg-")) / "pg") as server:
-        yield server
 
 
 def start_master(root: pathlib.Path, name: str, url: str, *, ready: str) -> RoleProcess:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import os
 import pathlib
-import tempfile
 from collections.abc import Iterator
 
 import psycopg
@@ -24,18 +23,6 @@ _names = itertools.count(1)
 def clock() -> FakeClock:
     return FakeClock()
 
-
-@pytest.fixture(scope="session")
-def pg() -> Iterator[pgserver.PgServer]:
-    """One throwaway PostgreSQL cluster for the session. CURVINE_REQUIRE_POSTGRES=1 (CI) turns
-    'cannot run here' into a failure with the reason instead of a skip."""
-    reason = pgserver.available()
-    if reason:
-        if os.environ.get("CURVINE_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL required (CURVINE_REQUIRE_POSTGRES=1) but cannot run: {reason}")
-        pytest.skip(reason)
-    with pgserver.PgServer(pathlib.Path(tempfile.mkdtemp(prefix="curvine-pg-")) / "pg") as server:
-        yield server
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
