@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from curvine_py.cli.progress import progress_bar
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 DOC = REPO / "docs" / "benchmarks.md"
@@ -114,18 +116,18 @@ class Paired:
         }
 
 
-def paired(subject: Callable[[], float], baseline: Callable[[], float], repeats: int) -> Paired:
+def paired(subject: Callable[[], float], baseline: Callable[[], float], repeats: int, *,
+           what: str = "repeats") -> Paired:
     """Runs baseline then subject, `repeats` times, alternating which goes first so that neither
-    always inherits the other's warm (or cold) caches."""
+    always inherits the other's warm (or cold) caches. On a terminal a bar counts the runs."""
     subjects: list[float] = []
     baselines: list[float] = []
-    for index in range(repeats):
-        if index % 2:
-            subjects.append(subject())
-            baselines.append(baseline())
-        else:
-            baselines.append(baseline())
-            subjects.append(subject())
+    with progress_bar(what, 2 * repeats, unit="count", transient=True) as bar:
+        for index in range(repeats):
+            first, second = (subject, baseline) if index % 2 else (baseline, subject)
+            for run in (first, second):
+                (subjects if run is subject else baselines).append(run())
+                bar.advance()
     return Paired(tuple(subjects), tuple(baselines))
 
 

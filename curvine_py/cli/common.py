@@ -4,11 +4,10 @@ message, sizes for people, and the progress bar of long transfers (on a terminal
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from curvine_py.client import CurvineClient
 from curvine_py.config import ClientConfig, add_token_file_option, load
@@ -57,26 +56,3 @@ def human_bytes(n: int) -> str:
             return f"{size:.1f} {unit}" if unit != "B" else f"{n} B"
         size /= 1024
     return str(n)
-
-
-@contextlib.contextmanager
-def transfer_progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
-    """Yields `advance(n)`: a rich bar of bytes moved on stderr when stderr is a terminal; nothing
-    at all in a pipe or a log (a script reading stdout or stderr sees only the result)."""
-    if not sys.stderr.isatty():
-        yield lambda _n: None
-        return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-    # Not transient: the finished bar stays as the record of what moved and how fast (as curl, pip).
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
-                  TransferSpeedColumn(), TimeRemainingColumn(), console=Console(stderr=True)) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)

@@ -9,7 +9,8 @@ import sys
 import time
 
 from curvine_py.cli import fstree as tree
-from curvine_py.cli.common import add_client_options, client_from, human_bytes, run_tool, transfer_progress
+from curvine_py.cli.common import add_client_options, client_from, human_bytes, run_tool
+from curvine_py.cli.progress import progress_bar
 from curvine_py.cli.transfer import default_jobs
 from curvine_py.client import CurvineClient, FileStatus
 from curvine_py.config import parse_size
@@ -131,8 +132,8 @@ def _put(client: CurvineClient, args: argparse.Namespace) -> int:
         print(f"curvine-py fs: put: directory {parent} does not exist (ENOENT); "
               f"use put -p to create it", file=sys.stderr)
         return 1
-    with transfer_progress(f"put {os.path.basename(args.local)}", size) as advance:
-        status = client.fs.put(args.local, args.path, progress=advance)
+    with progress_bar(f"put {os.path.basename(args.local)}", size) as bar:
+        status = client.fs.put(args.local, args.path, progress=bar.advance)
     print(f"{status.size} bytes -> {args.path}")
     return 0
 
@@ -154,8 +155,8 @@ def execute(client: CurvineClient, args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 1
         case "get":
-            with transfer_progress(f"get {args.path}", fs.stat(args.path).size) as advance:
-                moved = fs.get(args.path, args.local, progress=advance)
+            with progress_bar(f"get {args.path}", fs.stat(args.path).size) as bar:
+                moved = fs.get(args.path, args.local, progress=bar.advance)
             print(f"{moved} bytes -> {args.local}")
         case "cat":
             with fs.open(args.path) as handle:

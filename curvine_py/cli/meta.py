@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import IO
 
 from curvine_py.cli.common import run_tool
+from curvine_py.cli.progress import progress_bar
 from curvine_py.core.errors import InvalidArgument, NotFound
 from curvine_py.master.engine import open as engine
 from curvine_py.master.engine import transfer
@@ -53,20 +54,6 @@ def target_of(args: argparse.Namespace) -> MetaURL:
     return url
 
 
-@contextlib.contextmanager
-def progress_bar(what: str, total: int) -> Iterator[transfer.Progress]:
-    """A rich bar on stderr when it is a terminal; nothing at all in a pipe or a log."""
-    if not sys.stderr.isatty():
-        yield lambda _n: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(what, total=total)
-        yield lambda n: bar.advance(task, n)
-
-
 def summary(verb: str, moved: transfer.Moved, url: MetaURL, file: str) -> None:
     tables = ", ".join(f"{table} {rows}" for table, rows in moved.tables if rows)
     print(f"{verb} {moved.rows} rows (schema version {moved.schema_version}; {tables}) "
@@ -82,8 +69,8 @@ def do_dump(args: argparse.Namespace) -> int:
     try:
         with ns.snapshot():
             total = transfer.count_rows(ns)
-            with _output(args.file) as out, progress_bar("dump", total) as advance:
-                moved = transfer.dump(ns, out, advance)
+            with _output(args.file) as out, progress_bar("dump", total, unit="count", transient=True) as bar:
+                moved = transfer.dump(ns, out, bar.advance)
     finally:
         ns.close()
     summary("dumped", moved, url, args.file)
@@ -120,8 +107,8 @@ def do_load(args: argparse.Namespace) -> int:
             reader = DumpReader(source, args.file)
             ns = engine.open_namespace(url)
             try:
-                with progress_bar("load", reader.header.rows) as advance:
-                    moved = transfer.load(ns, reader, force=args.force, advance=advance, target=url.masked())
+                with progress_bar("load", reader.header.rows, unit="count", transient=True) as bar:
+                    moved = transfer.load(ns, reader, force=args.force, advance=bar.advance, target=url.masked())
             finally:
                 ns.close()
     except BaseException:

@@ -26,15 +26,12 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from curvine_py.cli.common import human_bytes
+from curvine_py.cli.progress import Bar, progress_bar
 from curvine_py.client import CurvineClient
 from curvine_py.core.errors import CurvineError, InvalidArgument, errno_name
 from curvine_py.core.keys import validate_name
-
-if TYPE_CHECKING:   # rich is imported only when a bar is drawn
-    from rich.progress import Progress, TaskID
 
 # Copies in flight by default: each is mostly waiting on a socket or a disk, so twice the cores,
 # bounded so a big machine does not open dozens of connections per worker.
@@ -205,8 +202,7 @@ class TreeProgress:
         self._done = 0
         self._failed = 0
         self._lock = threading.Lock()
-        self._bar: Progress | None = None
-        self._task: TaskID | None = None
+        self._bar = Bar()
         self._total = total_bytes
 
     def _description(self) -> str:
@@ -215,34 +211,19 @@ class TreeProgress:
 
     @contextlib.contextmanager
     def shown(self) -> Iterator[TreeProgress]:
-        if not sys.stderr.isatty():
-            yield self
-            return
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
-                      TransferSpeedColumn(), TimeRemainingColumn(), console=Console(stderr=True)) as bar:
-            self._bar, self._task = bar, bar.add_task(self._description(), total=self._total)
+        with progress_bar(self._description(), self._total) as bar:
+            self._bar = bar
             yield self
 
     def advance(self, n: int) -> None:
-        if self._bar is not None and self._task is not None:
-            self._bar.advance(self._task, n)
+        self._bar.advance(n)
 
     def file_done(self, failed: bool = False) -> None:
         with self._lock:
             self._done += 1
             self._failed += failed
             description = self._description()
-        if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, description=description)
+        self._bar.describe(description)
 
 
 def error_text(exc: BaseException) -> str:
