@@ -12,11 +12,12 @@ import pathlib
 import stat
 import struct
 import threading
+import time
 
 import pytest
 
 from tests.fuse.mounts import Mount, run_as
-from tests.harness import Cluster
+from tests.harness import Cluster, wait_until
 
 RECORD = 64
 
@@ -147,3 +148,31 @@ def test_appends_follow_a_close_on_another_mount(d: pathlib.Path, shared_cluster
             fh.write(b"4" * 10)
         assert path_b.read_bytes() == b"1" * 10 + b"2" * 10 + b"3" * 10 + b"4" * 10
     assert path_a.read_bytes() == b"1" * 10 + b"2" * 10 + b"3" * 10 + b"4" * 10
+
+
+def test_an_append_while_the_master_is_down_is_written_and_its_close_fails(tmp_path: pathlib.Path) -> None:
+    """The capability check before the first append cannot reach the master: as the kernel's own
+    check, it lets the write through (into the open file's buffer, within the deadline); the
+    close cannot commit and says so."""
+    deadline = 3.0
+    with Cluster(tmp_path / "cluster", workers=1) as cluster, \
+            Mount(cluster.master_address, tmp_path / "mnt", deadline=deadline) as mount:
+        path = mount.path / "log"
+        path.write_bytes(b"committed\n")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        cluster.kill_master()
+        started = time.monotonic()
+        assert os.write(fd, b"pending\n") == 8
+        assert time.monotonic() - started < deadline + 2.0
+        with pytest.raises(OSError) as failed:
+            os.close(fd)
+        assert failed.value.errno in (errno.EIO, errno.ETIMEDOUT)
+        cluster.start_master()
+
+        def committed() -> bool:     # EIO until the mount's channel has reconnected
+            try:
+                return path.read_bytes() == b"committed\n"
+            except OSError:
+                return False
+
+        wait_until(committed, 20, "the mount reading what was committed before")

@@ -16,6 +16,7 @@ SUITE = os.environ.get("PJDFSTEST", "")
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)     # about 5 minutes on a quiet machine: over pytest's 300 s when it is busy
 @pytest.mark.skipif(not (SUITE and (pathlib.Path(SUITE) / "pjdfstest").exists()),
                     reason="pjdfstest is external: set PJDFSTEST=/path/to/built/pjdfstest to run it")
 def test_pjdfstest_passes_completely(shared_mount: Mount) -> None:
