@@ -27,6 +27,7 @@ from curvine_py.fuse.filesystem import Filesystem
 from curvine_py.fuse.offload import Offload
 from curvine_py.fuse.operations import Operations
 from curvine_py.fuse.options import MountOptions, parse
+from curvine_py.observe.logs import setup_logging
 from curvine_py.observe.roles import mount_metrics, start_endpoint
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
@@ -122,8 +123,7 @@ def main(argv: list[str]) -> int:
     # behind it (the convoy effect): a short interval keeps data threads flowing.
     sys.setswitchinterval(options.switch_interval)
     node = options.node or socket.gethostname()
-    logging.basicConfig(level=getattr(logging, options.log_level, logging.INFO), stream=sys.stderr,
-                        format=f"%(asctime)s %(levelname)s mount[{node}] %(name)s: %(message)s")
+    setup_logging("mount", node, options.log_level, options.log_format)
     client: CurvineClient | None = None
     try:
         mountpoint.prepare(options.mountpoint, force=options.force)

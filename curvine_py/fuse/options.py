@@ -19,6 +19,7 @@ from typing import Any
 from curvine_py.config import MountConfig, add_token_file_option, load, parse_master_list
 from curvine_py.core.errors import InvalidArgument
 from curvine_py.observe.httpserve import check_port
+from curvine_py.observe.logs import add_log_format_flag
 from curvine_py.observe.roles import add_metrics_flag
 
 MAX_IO = 1 << 20                 # the kernel's largest FUSE request (max_pages 256)
@@ -65,6 +66,7 @@ class MountOptions:
     atime: str                    # relatime, strictatime or noatime
     metrics_port: int = 0         # Prometheus /metrics (observe/); 0 = off, -1 = any free port
     metrics_host: str = "127.0.0.1"
+    log_format: str | None = None  # text or json (observe/logs.py); None: CURVINE_LOG_FORMAT, else text
 
     @property
     def read_only(self) -> bool:
@@ -121,6 +123,7 @@ def parser() -> argparse.ArgumentParser:
                    help="recover a stale mountpoint (or replace a live mount): lazy unmount, then mount")
     p.add_argument("--config", help="TOML config file ([mount] and [client] sections)")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING... (env CURVINE_LOG_LEVEL)")
+    add_log_format_flag(p)
     add_metrics_flag(p)
     p.add_argument("--metrics-host", help=f"address of the /metrics port (default {defaults.metrics_host})")
     return p
@@ -197,4 +200,5 @@ def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions
         max_background=cfg.max_background, config=args.config, log_level=cfg.log_level.upper(),
         read_ahead=cfg.fuse_read_ahead, data_threads=cfg.fuse_data_threads, trio_reads=cfg.fuse_trio_reads,
         switch_interval=cfg.fuse_switch_interval, atime=cfg.atime,
-        metrics_port=check_port(cfg.metrics_port, "--metrics-port"), metrics_host=cfg.metrics_host)
+        metrics_port=check_port(cfg.metrics_port, "--metrics-port"), metrics_host=cfg.metrics_host,
+        log_format=args.log_format)
