@@ -1,7 +1,8 @@
 """`curvine-py report [--json] [--watch [SECONDS]]`: the cluster as the master reports it. A rich
 table of the workers (capacity bar, health, last heartbeat, objects, blocks, evictions, hit rate,
 disk reserve, lm:// and /metrics ports), the master's own /metrics and status page ports, the
-replication state (under-replicated and lost blocks, repairs) and the quotas.
+mounts alive (node, mountpoint, /metrics port, last heartbeat), the replication state
+(under-replicated and lost blocks, repairs) and the quotas.
 `--json`: the master's ClusterReport as JSON. `--watch`: the same again every SECONDS (2), in place
 on a terminal (rich Live), one snapshot after another in a pipe (one JSON document per line with
 --json); Ctrl-C ends it (exit 0).
@@ -72,6 +73,15 @@ def workers_table(report: pb.ClusterReport, now_ms: float) -> Table:
     return table
 
 
+def mounts_table(report: pb.ClusterReport, now_ms: float) -> Table:
+    table = Table(title=f"mounts {len(report.mounts)}", title_justify="left")
+    for name, justify in (("node", "left"), ("mountpoint", "left"), ("metrics", "right"), ("heartbeat", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)   # type: ignore[arg-type]
+    for m in report.mounts:
+        table.add_row(m.node, m.mountpoint, str(m.metrics_port or "off"), _age(m.last_heartbeat_ms, now_ms))
+    return table
+
+
 def quotas_table(report: pb.ClusterReport) -> Table:
     table = Table(title=f"quotas {len(report.quotas)}", title_justify="left")
     for name in ("path", "bytes", "used / limit", "inodes"):
@@ -94,7 +104,7 @@ def render(report: pb.ClusterReport, now_ms: float) -> RenderableType:
     total.append(f"  used {human_bytes(report.used)} of {human_bytes(report.capacity)}"
                  f" ({report.used} / {report.capacity} bytes), available {human_bytes(report.available)}")
     counts = Text(f"files {report.files}  directories {report.directories}  blocks {report.blocks}  "
-                  f"directory leases {report.dir_leases}")
+                  f"directory leases {report.dir_leases}  mounts {len(report.mounts)}")
     r = report.replication
     replication = Text("replication: ")
     replication.append(f"{r.under_replicated} under-replicated", style="yellow" if r.under_replicated else "")
@@ -103,7 +113,10 @@ def render(report: pb.ClusterReport, now_ms: float) -> RenderableType:
     replication.append(f", {r.surplus} surplus blocks; repaired {r.repaired_blocks} blocks "
                        f"({human_bytes(r.repaired_bytes)}), {r.repair_failures} failed copies, "
                        f"repair rate {human_bytes(r.repair_rate) + '/s' if r.repair_rate else 'off'}")
-    parts: list[RenderableType] = [head, total, counts, workers_table(report, now_ms), replication]
+    parts: list[RenderableType] = [head, total, counts, workers_table(report, now_ms)]
+    if report.mounts:
+        parts.append(mounts_table(report, now_ms))
+    parts.append(replication)
     parts += [Text(f"  LOST (no live copy of a block): {path}", style="red") for path in r.lost_files]
     if r.last_error:
         parts.append(Text(f"  last repair error: {r.last_error}", style="red"))

@@ -177,8 +177,9 @@ class MasterClient:
     def acquire_dir_lease(self, ino: int) -> pb.DirLeaseReply:
         return self._call(self._rpc.acquire_dir_lease, pb.InodeRequest(ino=ino))
 
-    def renew_dir_leases(self, dirs: list[int]) -> pb.DirLeasesReply:
-        return self._call(self._rpc.renew_dir_leases, pb.DirLeasesRequest(dirs=dirs))
+    def renew_dir_leases(self, dirs: list[int], mount: pb.MountInfo | None = None) -> pb.DirLeasesReply:
+        """Also the session's heartbeat; a mount describes itself with `mount` (listed in Report)."""
+        return self._call(self._rpc.renew_dir_leases, pb.DirLeasesRequest(dirs=dirs, mount=mount))
 
     def release_dir_leases(self, dirs: list[int]) -> None:
         self._call(self._rpc.release_dir_leases, pb.DirLeasesRequest(dirs=dirs))

@@ -28,8 +28,9 @@ from curvine_py.fuse.offload import Offload
 from curvine_py.fuse.operations import Operations
 from curvine_py.fuse.options import MountOptions, parse
 from curvine_py.observe.logs import setup_logging
-from curvine_py.observe.roles import mount_metrics, start_endpoint
+from curvine_py.observe.roles import mount_metrics, ready_field, start_exporter
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,11 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
     pyfuse3.init(ops, options.mountpoint, options.libfuse_options())
     exporters = contextlib.ExitStack()
     try:
-        fields = start_endpoint(exporters, options.metrics_host, options.metrics_port, metrics.registry)
+        metrics_port = start_exporter(exporters, options.metrics_host, options.metrics_port, metrics.registry)
+        fields = ready_field("metrics", options.metrics_host, metrics_port)
+        # told to the master with every session heartbeat: `report` lists where to scrape this mount
+        fs.session.mount_info = pb.MountInfo(node=client.node, mountpoint=options.mountpoint,
+                                             metrics_port=metrics_port)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal)
             nursery.start_soon(_announce, options, fields)

@@ -1,6 +1,7 @@
 """The mount's session with the master: directory leases asked for, given back and renewed
 (the table and its promise: fuse/leases.py), and the renewal loop that is also the session's
-heartbeat (master/sessions.py: a silent mount's kept orphans are released).
+heartbeat (master/sessions.py: a silent mount's kept orphans are released) and carries the
+mount's description (node, mountpoint, /metrics port) for the master's report.
 
 `SessionTask.run()` is started in the mount's nursery (fuse/main.py) and ends when `stop()` is
 called or its scope is cancelled.
@@ -32,6 +33,8 @@ class SessionTask:
         self._heartbeat_s = DEFAULT_HEARTBEAT_S
         self._scope: trio.CancelScope | None = None
         self._stopped = False
+        # Sent with every renewal so the master's report lists this mount (set by fuse/main.py).
+        self.mount_info: pb.MountInfo | None = None
 
     # -- directory leases (fuse/leases.py) -----------------------------------------------------
     async def acquire_lease(self, directory: int) -> None:
@@ -93,7 +96,8 @@ class SessionTask:
             if not directories and sent_at - last_heartbeat < self._heartbeat_s:
                 continue
             try:
-                reply: pb.DirLeasesReply = await self.ctx.call(self.ctx.master.renew_dir_leases, directories)
+                reply: pb.DirLeasesReply = await self.ctx.call(self.ctx.master.renew_dir_leases, directories,
+                                                               self.mount_info)
             except CurvineError as exc:    # unused leases run out by themselves
                 log.debug("renewal of directory leases: %s", exc)
                 continue

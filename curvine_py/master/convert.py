@@ -5,6 +5,7 @@ from collections.abc import Callable
 
 from curvine_py.core.errors import CurvineError, InvalidArgument
 from curvine_py.master.scrub import BadCopy, ScrubbedPage
+from curvine_py.master.sessions import LiveMount, MountRecord
 from curvine_py.master.store.replication import ReplicationState
 from curvine_py.master.types import (
     AddedBlock,
@@ -111,6 +112,16 @@ def report_pb(r: ClusterReport) -> mpb.ClusterReport:
     return mpb.ClusterReport(cluster_id=r.cluster_id, epoch=r.epoch, workers=[worker_pb(w) for w in r.workers],
                              capacity=r.capacity, used=r.used, available=r.available, files=r.files,
                              directories=r.directories, blocks=r.blocks)
+
+
+def mount_from_pb(m: mpb.MountInfo) -> MountRecord:
+    return MountRecord(node=m.node, mountpoint=m.mountpoint, metrics_port=m.metrics_port)
+
+
+def mounts_pb(mounts: list[LiveMount], wall_ms: int) -> list[mpb.MountInfo]:
+    """For the report: each heartbeat's age turned into its wall-clock time (as WorkerInfo's)."""
+    return [mpb.MountInfo(node=m.mount.node, mountpoint=m.mount.mountpoint, metrics_port=m.mount.metrics_port,
+                          last_heartbeat_ms=wall_ms - int(m.age_s * 1000)) for m in mounts]
 
 
 def statfs_pb(s: StatFs) -> mpb.StatFsReply:

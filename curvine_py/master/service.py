@@ -27,7 +27,7 @@ from curvine_py.master.leases import DirLeases, LeaseBusy
 from curvine_py.master.membership import Membership
 from curvine_py.master.namespace import Namespace
 from curvine_py.master.repair import Repairer
-from curvine_py.master.sessions import Sessions
+from curvine_py.master.sessions import Sessions, check_mount
 from curvine_py.master.store.quotas import quota_statfs
 from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import (
@@ -289,7 +289,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
     @grpc_method
     def RenewDirLeases(self, request: mpb.DirLeasesRequest, context: Ctx) -> mpb.DirLeasesReply:
         session = session_of(context)
-        self._sessions.seen(session)      # also the session's heartbeat
+        mount = check_mount(convert.mount_from_pb(request.mount)) if request.HasField("mount") else None
+        self._sessions.seen(session, mount)      # also the session's heartbeat
         kept = self._leases.renew(session, list(request.dirs))
         return convert.dir_leases_reply(kept, self._term_ms(), int(self._sessions.timeout_s * 1000))
 
@@ -389,6 +390,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
         reply.quotas.extend(convert.quota_pb(q) for q in self._read(Namespace.list_quotas))
         reply.replication.CopyFrom(self._replication())
         reply.metrics_port, reply.status_port = self.metrics_port, self.status_port
+        reply.mounts.extend(convert.mounts_pb(self._sessions.mounts(), int(time.time() * 1000)))
         return reply
 
     def _replication(self) -> mpb.Replication:

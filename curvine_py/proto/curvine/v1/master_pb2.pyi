@@ -474,7 +474,7 @@ class Membership(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class ClusterReport(_message.Message):
-    __slots__ = ("cluster_id", "epoch", "workers", "capacity", "used", "available", "files", "directories", "blocks", "dir_leases", "quotas", "replication", "metrics_port", "status_port")
+    __slots__ = ("cluster_id", "epoch", "workers", "capacity", "used", "available", "files", "directories", "blocks", "dir_leases", "quotas", "replication", "metrics_port", "status_port", "mounts")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -489,6 +489,7 @@ class ClusterReport(_message.Message):
     REPLICATION_FIELD_NUMBER: _ClassVar[int]
     METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
     STATUS_PORT_FIELD_NUMBER: _ClassVar[int]
+    MOUNTS_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     epoch: int
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
@@ -503,7 +504,8 @@ class ClusterReport(_message.Message):
     replication: Replication
     metrics_port: int
     status_port: int
-    def __init__(self, cluster_id: _Optional[str] = ..., epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., files: _Optional[int] = ..., directories: _Optional[int] = ..., blocks: _Optional[int] = ..., dir_leases: _Optional[int] = ..., quotas: _Optional[_Iterable[_Union[Quota, _Mapping]]] = ..., replication: _Optional[_Union[Replication, _Mapping]] = ..., metrics_port: _Optional[int] = ..., status_port: _Optional[int] = ...) -> None: ...
+    mounts: _containers.RepeatedCompositeFieldContainer[MountInfo]
+    def __init__(self, cluster_id: _Optional[str] = ..., epoch: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., capacity: _Optional[int] = ..., used: _Optional[int] = ..., available: _Optional[int] = ..., files: _Optional[int] = ..., directories: _Optional[int] = ..., blocks: _Optional[int] = ..., dir_leases: _Optional[int] = ..., quotas: _Optional[_Iterable[_Union[Quota, _Mapping]]] = ..., replication: _Optional[_Union[Replication, _Mapping]] = ..., metrics_port: _Optional[int] = ..., status_port: _Optional[int] = ..., mounts: _Optional[_Iterable[_Union[MountInfo, _Mapping]]] = ...) -> None: ...
 
 class Replication(_message.Message):
     __slots__ = ("under_replicated", "lost", "surplus", "lost_files", "repaired_blocks", "repaired_bytes", "repair_failures", "repair_rate", "last_error")
@@ -625,11 +627,25 @@ class DirLeaseReply(_message.Message):
     names: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, granted: _Optional[bool] = ..., term_ms: _Optional[int] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class MountInfo(_message.Message):
+    __slots__ = ("node", "mountpoint", "metrics_port", "last_heartbeat_ms")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    MOUNTPOINT_FIELD_NUMBER: _ClassVar[int]
+    METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    mountpoint: str
+    metrics_port: int
+    last_heartbeat_ms: int
+    def __init__(self, node: _Optional[str] = ..., mountpoint: _Optional[str] = ..., metrics_port: _Optional[int] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+
 class DirLeasesRequest(_message.Message):
-    __slots__ = ("dirs",)
+    __slots__ = ("dirs", "mount")
     DIRS_FIELD_NUMBER: _ClassVar[int]
+    MOUNT_FIELD_NUMBER: _ClassVar[int]
     dirs: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, dirs: _Optional[_Iterable[int]] = ...) -> None: ...
+    mount: MountInfo
+    def __init__(self, dirs: _Optional[_Iterable[int]] = ..., mount: _Optional[_Union[MountInfo, _Mapping]] = ...) -> None: ...
 
 class DirLeasesReply(_message.Message):
     __slots__ = ("kept", "term_ms", "session_timeout_ms")
