@@ -7,12 +7,29 @@ No I/O and no generated code here: plain integers in, plain values out.
 from __future__ import annotations
 
 import stat
+from dataclasses import dataclass
 
 from curvine_py.core.errors import InvalidArgument
 
 ROOT_INO = 1                 # the root directory's inode number, everywhere (FUSE's too)
 RENAME_NOREPLACE = 1         # renameat2(2) flags; the same values travel on the wire (master.proto)
 RENAME_EXCHANGE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class SetAttrChanges:
+    """A setattr: the attributes to change, None = unchanged (the kernel's request in the mount,
+    the SetAttr RPC in the master). `*_now`: set that time to the master's clock."""
+
+    mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+    size: int | None = None
+    atime_ns: int | None = None
+    mtime_ns: int | None = None
+    atime_now: bool = False
+    mtime_now: bool = False
+    ctime_ns: int | None = None
 
 
 def check_rename_flags(flags: int) -> None:

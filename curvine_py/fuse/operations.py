@@ -19,12 +19,12 @@ import pyfuse3
 import trio
 
 from curvine_py.core.errors import CurvineError, NotFound
+from curvine_py.core.posix import SetAttrChanges
 from curvine_py.fuse.attrs import InodeMap, Timeouts, entry_attributes, negative_entry
 from curvine_py.fuse.errors import boundary
 from curvine_py.fuse.filesystem import Filesystem
 from curvine_py.fuse.nodes import kind_of
 from curvine_py.fuse.pagecache import STATS_XATTR, RequestCounters
-from curvine_py.fuse.setattrs import AttrChanges
 from curvine_py.fuse.state import LookupCounts
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
@@ -127,7 +127,7 @@ class Operations(pyfuse3.Operations):
     @boundary
     async def setattr(self, inode: int, attr: pyfuse3.EntryAttributes, fields: pyfuse3.SetattrFields,
                       fh: int | None, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        changes = AttrChanges(
+        changes = SetAttrChanges(
             mode=attr.st_mode if fields.update_mode else None,
             uid=attr.st_uid if fields.update_uid else None,
             gid=attr.st_gid if fields.update_gid else None,

@@ -7,32 +7,18 @@ clear setuid (and setgid when group-execute is set).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from curvine_py.core.errors import InvalidArgument
-from curvine_py.core.posix import kill_suid_sgid, needs_kill
+from curvine_py.core.posix import SetAttrChanges, kill_suid_sgid, needs_kill
 from curvine_py.fuse.context import MountContext
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
-
-
-@dataclass(frozen=True, slots=True)
-class AttrChanges:
-    """A setattr request as the kernel sent it (None: leave alone)."""
-    mode: int | None = None
-    uid: int | None = None
-    gid: int | None = None
-    size: int | None = None
-    atime_ns: int | None = None
-    mtime_ns: int | None = None
-    ctime_ns: int | None = None
 
 
 class AttrSetter:
     def __init__(self, ctx: MountContext) -> None:
         self.ctx = ctx
 
-    async def setattr(self, ino: int, changes: AttrChanges, caller_uid: int) -> cpb.Attr:
+    async def setattr(self, ino: int, changes: SetAttrChanges, caller_uid: int) -> cpb.Attr:
         ctx = self.ctx
         ctx.writable()
         request = pb.SetAttrRequest(ino=ino)

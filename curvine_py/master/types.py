@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from curvine_py.core.posix import RENAME_EXCHANGE as RENAME_EXCHANGE  # noqa: PLC0414 - explicit re-export
 from curvine_py.core.posix import RENAME_NOREPLACE as RENAME_NOREPLACE  # noqa: PLC0414 - explicit re-export
 from curvine_py.core.posix import ROOT_INO as ROOT_INO  # noqa: PLC0414 - explicit re-export
+from curvine_py.core.posix import SetAttrChanges as SetAttrChanges  # noqa: PLC0414 - explicit re-export
 
 XATTR_CREATE = 1
 XATTR_REPLACE = 2
@@ -231,21 +232,6 @@ class ClusterReport:
     files: int
     directories: int
     blocks: int
-
-
-@dataclass(frozen=True, slots=True)
-class SetAttrChanges:
-    """SetAttr's optional fields; None = unchanged."""
-
-    mode: int | None = None
-    uid: int | None = None
-    gid: int | None = None
-    size: int | None = None
-    atime_ns: int | None = None
-    mtime_ns: int | None = None
-    atime_now: bool = False
-    mtime_now: bool = False
-    ctime_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
