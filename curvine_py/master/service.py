@@ -446,6 +446,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
         if now >= self._next_orphan_sweep:
             self._next_orphan_sweep = now + ORPHAN_SWEEP_S
             self._release_orphans_of_dead_sessions()
+            self._sessions.forget_silent()    # after: dead() answers the same for a forgotten session
             while self._store.call(self._ns.expire_orphans) and not (stop and stop.is_set()):
                 pass
         if now >= self._next_open_block_sweep:

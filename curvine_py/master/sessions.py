@@ -85,6 +85,12 @@ class Sessions:
             live = [LiveMount(mount, now - self._last_seen[session]) for session, mount in self._mounts.items()]
         return sorted(live, key=lambda m: (m.mount.node, m.mount.mountpoint))
 
+    def forget_silent(self) -> None:
+        """The master's periodic sweep: a master never asked for a report still forgets sessions
+        (every client that ever called would otherwise stay in memory)."""
+        with self._lock:
+            self._forget_silent(self._clock())
+
     def _forget_silent(self, now: float) -> None:
         """Drops every session silent for the timeout (under the lock): dead() says so for them
         anyway, as for a session never seen."""

@@ -65,3 +65,16 @@ def test_a_description_no_mount_sends_is_refused(mount: MountRecord, what: str) 
     with pytest.raises(InvalidArgument, match=what):
         check_mount(mount)
     assert check_mount(MountRecord("n" * 255, "/" + "m" * 4095, 65535)).metrics_port == 65535
+
+
+def test_the_periodic_sweep_forgets_silent_sessions_without_a_report() -> None:
+    clock = [0.0]
+    sessions = Sessions(10.0, clock=lambda: clock[0])
+    sessions.seen("quiet")
+    sessions.seen("chatty")
+    clock[0] = 8.0
+    sessions.seen("chatty")
+    clock[0] = 12.0
+    sessions.forget_silent()
+    assert sessions.dead("quiet")          # forgotten: judged dead, as before the sweep
+    assert not sessions.dead("chatty")
