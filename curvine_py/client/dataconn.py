@@ -140,9 +140,7 @@ class WorkerConnection:
             self._wait_at_most(deadline, op)
             self._send(op, request_id, header, payload)
             self._wait_at_most(deadline, op)
-            prefix, reply = self._in.head(max_payload=self._max_payload, expect_response=True)
-            if prefix.op != op or prefix.request_id != request_id:
-                raise ProtocolError(f"reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
+            prefix, reply = self._reply_head(op, request_id)
             self._wait_at_most(deadline, op)
             data, chunk_digests = self._receive_payload(prefix.payload_length, out, digest)
         except Exception as exc:
@@ -181,9 +179,7 @@ class WorkerConnection:
                 if sent < ahead:
                     self._sock.sendall(b"".join(frames.encode(op, ids[i], headers[i]) for i in range(sent, ahead)))
                     sent = ahead
-                prefix, reply = self._in.head(max_payload=self._max_payload, expect_response=True)
-                if prefix.op != op or prefix.request_id != request_id:
-                    raise ProtocolError(f"reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
+                prefix, reply = self._reply_head(op, request_id)
                 self._wait_at_most(deadline, op)
                 try:
                     data, chunk_digests = self._receive_payload(prefix.payload_length, outs[index], True)
@@ -200,6 +196,13 @@ class WorkerConnection:
             if each_s is not None and not self._kernel_timeouts:
                 self._restore_timeout()
         return results
+
+    def _reply_head(self, op: frames.Op, request_id: int) -> tuple[frames.FramePrefix, DataHeader]:
+        """The next reply's prefix and header; ProtocolError unless it answers (op, request_id)."""
+        prefix, reply = self._in.head(max_payload=self._max_payload, expect_response=True)
+        if prefix.op != op or prefix.request_id != request_id:
+            raise ProtocolError(f"reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
+        return prefix, reply
 
     @property
     def where(self) -> str:
