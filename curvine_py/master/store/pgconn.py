@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -23,6 +24,8 @@ import psycopg
 from psycopg import pq
 
 from curvine_py.core.errors import CurvineError, Unavailable
+
+log = logging.getLogger(__name__)
 
 _GROUP_CONCAT = re.compile(r"\bgroup_concat\(([^()]*)\)", re.IGNORECASE)
 _BUSY = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR, pq.TransactionStatus.ACTIVE)
@@ -221,8 +224,15 @@ class PgWriter:
         if in_pipeline:
             self._enter_pipeline()
 
-    def close(self) -> None:
+    def close(self, *, last: tuple[str, tuple[Any, ...]] | None = None) -> None:
+        """Ends the session; `last`: one statement run on it first, outside any pipeline (the
+        engine gives its leader lock up this way: pgengine.py)."""
         self._drop_pipeline()
+        if last is not None and not (self.conn.closed or self.conn.broken):
+            try:
+                self.conn.execute(last[0], last[1])
+            except psycopg.Error as exc:    # the session is going anyway
+                log.debug("last statement before closing failed: %s", exc)
         self.conn.close()
 
 

@@ -201,7 +201,10 @@ class PgEngine:
                 self._pool.close()
                 self._pool = None
         if self.writer is not None:
-            self.writer.close()
+            # Given up before the session closes: a closed socket releases the lock only once the
+            # server's backend has noticed and exited, and a master (or a test) reopening at once
+            # would meanwhile be told that another master leads.
+            self.writer.close(last=("SELECT pg_advisory_unlock(%s)", (LEADER_KEY,)))
 
 
 def open_engine(url: MetaURL, *, advertise: str = "", **options: Any) -> Any:
