@@ -78,14 +78,21 @@ def test_peer_vanishing_mid_payload_leaves_nothing(server: tuple[str, int], stor
     c = WireClient(server)
     c.sock.sendall(frames.encode(Op.PUT, 1, DataHeader(key="half"), 4 * MiB) + b"x" * MiB)
     c.close()
+    tmp = os.path.join(store.dirs[0].path, "tmp")
+
+    def left() -> tuple[int, list[str]]:
+        return store.dirs[0].reserved, os.listdir(tmp)
+
     with WireClient(server) as other:
-        for _ in range(200):   # the server notices the EOF asynchronously
-            if store.dirs[0].reserved == 0:
+        # The server reads the head, reserves and opens its temp file, then meets the EOF, all on
+        # its own thread: poll for the end state (a first look may come before it even started).
+        for _ in range(500):
+            if left() == (0, []):
                 break
             threading.Event().wait(0.01)
-        assert store.dirs[0].reserved == 0
+        assert left() == (0, [])
         assert other.get("half")[0].found is False
-    assert os.listdir(os.path.join(store.dirs[0].path, "tmp")) == []
+    assert os.listdir(tmp) == []
 
 
 def test_token_is_required(store: Store, state: WorkerState) -> None:

@@ -145,7 +145,10 @@ def test_an_empty_or_failing_pool_falls_back_to_creating_inline(tmp_path: pathli
             assert pool.take(0) is None                # the thread cannot create: no file, no hang
         wait_until(lambda: "cannot create temp files ahead" in caplog.text)
         missing.mkdir()                                # the dir is back: the pool fills again
-        pool.take(0)
+        taken = pool.take(0)                           # the caller owns what it takes
+        if taken is not None:
+            os.close(taken[1])
+            os.unlink(taken[0])
         wait_until(lambda: pool.ready_count(0) == 2)
     finally:
         pool.close()
