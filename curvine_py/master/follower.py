@@ -20,7 +20,10 @@ from typing import Any
 
 import grpc
 
-LEADER_METADATA_KEY = "curvine-leader"
+from curvine_py.rpc.leader import LEADER_METADATA
+
+# The trailing-metadata key the calling side reads (rpc/leader.py): one definition of the contract.
+LEADER_METADATA_KEY = LEADER_METADATA
 FOLLOWER_THREADS = 4    # it only answers refusals: no handler ever blocks
 
 

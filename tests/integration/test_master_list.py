@@ -25,11 +25,12 @@ from curvine_py.core.errors import InvalidArgument, Unavailable
 from curvine_py.csi import main as csi_main
 from curvine_py.fuse import options as mount_options
 from curvine_py.fuse.mountpoint import is_mounted
+from curvine_py.master.follower import refusal
 from curvine_py.proto.csi.v1 import csi_pb2 as csi
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.master_pb2_grpc import MasterStub
 from curvine_py.rpc.channel import one_channel
-from curvine_py.rpc.leader import LEADER_METADATA, LeaderChannel
+from curvine_py.rpc.leader import LeaderChannel
 from tests.csi.plugin import Plugin, capability, mount_pids
 from tests.fuse.mounts import Mount
 from tests.harness import Cluster, wait_until
@@ -81,8 +82,9 @@ class Follower(FakeMaster):
         super().__init__(self._refuse)
 
     def _refuse(self, context: grpc.ServicerContext) -> bytes:
-        context.set_trailing_metadata(((LEADER_METADATA, self.hint),))
-        context.abort(grpc.StatusCode.UNAVAILABLE, f"not the leader; the leader is {self.hint}")
+        text, metadata = refusal(self.hint)      # the real follower's answer (master/follower.py)
+        context.set_trailing_metadata(metadata)
+        context.abort(grpc.StatusCode.UNAVAILABLE, text)
         raise AssertionError("unreachable")
 
 
