@@ -32,6 +32,7 @@ from curvine_py.proto.curvine.v1.master_pb2_grpc import MasterStub
 from curvine_py.rpc.channel import one_channel
 from curvine_py.rpc.leader import LeaderChannel
 from tests.csi.plugin import Plugin, capability, mount_pids
+from tests.faketime import FakeTime
 from tests.fuse.mounts import Mount
 from tests.harness import Cluster, wait_until
 from tests.integration.test_cli import cli
@@ -88,19 +89,6 @@ class Follower(FakeMaster):
         raise AssertionError("unreachable")
 
 
-class FakeTime:
-    """A clock that moves only when the code under test sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
 
 
 def write(client: CurvineClient, path: str, data: bytes) -> None:

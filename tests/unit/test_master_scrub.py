@@ -8,6 +8,7 @@ from curvine_py.core.errors import Corrupt, CurvineError, Unavailable
 from curvine_py.master.scrub import PAGE_BLOCKS, scrub_page
 from curvine_py.master.store.replication import RecordedBlock
 from curvine_py.master.types import WorkerInfo
+from tests.faketime import FakeTime
 
 
 class FakeCopier:
@@ -23,17 +24,6 @@ class FakeCopier:
         return answer
 
 
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
 
 
 LIVE = {w: WorkerInfo(worker_id=w) for w in ("a", "b", "c")}
