@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from curvine_py.core.cluster import CorruptCopy, ScrubPage
 from curvine_py.core.errors import CurvineError
 from curvine_py.master.repair import BlockCopier
 from curvine_py.master.store.replication import RecordedBlock
@@ -51,6 +52,15 @@ class ScrubbedPage:
     corrupt: list[BadCopy] = field(default_factory=list)
     missing: list[BadCopy] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+
+
+def reported(page: ScrubbedPage, path_of: Callable[[int], str]) -> ScrubPage:
+    """The page as fsck is told it: each bad copy with the path of its file instead of the inode."""
+    def bad(c: BadCopy) -> CorruptCopy:
+        return CorruptCopy(block_id=c.block_id, worker_id=c.worker_id, path=path_of(c.ino), reason=c.reason)
+    return ScrubPage(next_after=page.next_after, done=page.done, copies=page.copies, bytes=page.bytes,
+                     skipped=page.skipped, corrupt=tuple(bad(c) for c in page.corrupt),
+                     missing=tuple(bad(c) for c in page.missing), errors=tuple(page.errors))
 
 
 def scrub_page(copier: BlockCopier, blocks: list[RecordedBlock], live: dict[str, WorkerInfo], *, after: int,

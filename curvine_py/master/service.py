@@ -17,12 +17,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
+from curvine_py.core.cluster import FsckReport, Replication, ScrubPage
 from curvine_py.core.errors import CurvineError, InvalidArgument, NotSupported
-from curvine_py.master import convert, scrub
+from curvine_py.master import scrub
 from curvine_py.master.leases import DirLeases, LeaseBusy
 from curvine_py.master.membership import Membership
 from curvine_py.master.namespace import Namespace
@@ -42,6 +44,7 @@ from curvine_py.master.types import (
 )
 from curvine_py.proto.curvine.v1 import master_pb2 as mpb
 from curvine_py.proto.curvine.v1 import master_pb2_grpc
+from curvine_py.rpc import convert
 from curvine_py.rpc.auth import TokenInterceptor, session_of
 from curvine_py.rpc.errors import grpc_method
 from curvine_py.rpc.tls import TlsFiles, server_credentials
@@ -324,7 +327,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
             return self._ns.get_blocks(request.ino, self._mem.live_ids())
 
         fb = self._store.call(get)
-        return convert.blocks_reply(fb.attr, fb.blocks, fb.policy)
+        return convert.blocks_reply(fb)
 
     @grpc_method
     def AddBlock(self, request: mpb.AddBlockRequest, context: Ctx) -> mpb.AddBlockReply:
@@ -385,25 +388,29 @@ class MasterService(master_pb2_grpc.MasterServicer):
     @grpc_method
     def Report(self, request: mpb.Empty, context: Ctx) -> mpb.ClusterReport:
         counts = self._read(Namespace.counts)     # a full scan: on this thread's reader, not the store's
-        reply = convert.report_pb(self._store.call(self._mem.report, counts))
-        reply.dir_leases = self._leases.held()
-        reply.quotas.extend(convert.quota_pb(q) for q in self._read(Namespace.list_quotas))
-        reply.replication.CopyFrom(self._replication())
-        reply.metrics_port, reply.status_port = self.metrics_port, self.status_port
-        reply.mounts.extend(convert.mounts_pb(self._sessions.mounts(), int(time.time() * 1000)))
-        return reply
+        wall_ms = int(time.time() * 1000)
+        # Each mount's heartbeat age turned into its wall-clock time (as WorkerInfo's).
+        mounts = tuple(replace(m.mount, last_heartbeat_ms=wall_ms - int(m.age_s * 1000)) for m in self._sessions.mounts())
+        report = replace(self._store.call(self._mem.report, counts), dir_leases=self._leases.held(),
+                         quotas=tuple(self._read(Namespace.list_quotas)), replication=self._replication(),
+                         metrics_port=self.metrics_port, status_port=self.status_port, mounts=mounts)
+        return convert.report_pb(report)
 
-    def _replication(self) -> mpb.Replication:
+    def _replication(self) -> Replication:
         state = self._repairer.cached_state() if self._repairer else None
         if state is None:
             live = self._store.call(self._mem.live_ids)
             state = self._read(Namespace.replication_state, live)    # a full pass: on this thread's reader
-        return convert.replication_pb(state, self._repairer.stats() if self._repairer else RepairStats())
+        stats = self._repairer.stats() if self._repairer else RepairStats()
+        return Replication(under_replicated=len(state.under), lost=len(state.lost), surplus=len(state.surplus),
+                           lost_files=tuple(state.lost_files), repaired_blocks=stats.copied_blocks,
+                           repaired_bytes=stats.copied_bytes, repair_failures=stats.failed_copies,
+                           repair_rate=stats.rate, last_error=stats.last_error)
 
     @grpc_method
     def Fsck(self, request: mpb.FsckRequest, context: Ctx) -> mpb.FsckReply:
         if request.scrub:
-            return mpb.FsckReply(scrub=self._scrub_page(request.scrub_after, request.scrub_rate))
+            return mpb.FsckReply(scrub=convert.scrub_page_pb(self._scrub_page(request.scrub_after, request.scrub_rate)))
         if request.repair and (self._repairer is None or not self._repairer.enabled):
             raise NotSupported("re-replication is off on this master (--repair-rate 0): nothing can be repaired")
         if request.rescan:
@@ -412,9 +419,12 @@ class MasterService(master_pb2_grpc.MasterServicer):
         repaired = self._repairer.step() if request.repair and self._repairer else RoundResult()
         problems = self._read(Namespace.check)
         inventories, pending = self._store.call(self._mem.inventories)
-        return convert.fsck_reply(problems, self._replication(), inventories, pending, repaired)
+        return convert.fsck_reply(FsckReport(
+            problems=tuple(problems), replication=self._replication(), inventories=tuple(inventories),
+            pending=tuple(pending), copied=repaired.copied, failed=repaired.failed, dropped=repaired.dropped,
+            unplaceable=repaired.unplaceable, throttled=repaired.throttled, errors=repaired.errors))
 
-    def _scrub_page(self, after: int, rate: int) -> mpb.ScrubPage:
+    def _scrub_page(self, after: int, rate: int) -> ScrubPage:
         """One page of fsck --scrub (master/scrub.py); bad copies leave the metadata at once."""
         if self._repairer is None:
             raise NotSupported("this master has no data-plane client to scrub with")
@@ -423,7 +433,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
         page = scrub.scrub_page(self._repairer.copier, blocks, live, after=after, rate=rate)
         for bad in page.corrupt + page.missing:
             self._store.call(lambda b=bad: self._ns.drop_locations(b.worker_id, [b.block_id], unlink_cache=True))
-        return convert.scrub_page_pb(page, lambda ino: self._read(Namespace.path_of, ino))
+        return scrub.reported(page, lambda ino: self._read(Namespace.path_of, ino))
 
     # ------------------------------------------------------------------ background
 

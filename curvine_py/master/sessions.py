@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from curvine_py.core.cluster import MountInfo
 from curvine_py.core.errors import InvalidArgument
 
 MAX_MOUNTS = 10_000
@@ -29,19 +30,12 @@ MAX_PATH = 4096       # bytes of a mountpoint (PATH_MAX)
 
 
 @dataclass(frozen=True, slots=True)
-class MountRecord:
-    node: str
-    mountpoint: str
-    metrics_port: int = 0       # 0 = off
-
-
-@dataclass(frozen=True, slots=True)
 class LiveMount:
-    mount: MountRecord
+    mount: MountInfo
     age_s: float                # since its last heartbeat
 
 
-def check_mount(mount: MountRecord) -> MountRecord:
+def check_mount(mount: MountInfo) -> MountInfo:
     """InvalidArgument for a description no mount sends (it would only bloat every report)."""
     if not 0 <= mount.metrics_port < 65536:
         raise InvalidArgument(f"mount metrics port {mount.metrics_port} out of range")
@@ -58,10 +52,10 @@ class Sessions:
         self._clock = clock
         self._started = clock()
         self._last_seen: dict[str, float] = {}
-        self._mounts: dict[str, MountRecord] = {}     # sessions that described themselves
+        self._mounts: dict[str, MountInfo] = {}     # sessions that described themselves
         self._lock = threading.Lock()
 
-    def seen(self, session: str, mount: MountRecord | None = None) -> None:
+    def seen(self, session: str, mount: MountInfo | None = None) -> None:
         """A call from `session`; a mount's renewal brings its description (check_mount first)."""
         if not session:
             return

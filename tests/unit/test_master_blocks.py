@@ -9,7 +9,7 @@ import pytest
 
 from curvine_py.core.errors import InvalidArgument, IsADirectory, NotADirectory, NotFound, Unavailable
 from curvine_py.core.hashing import Node, Rendezvous
-from curvine_py.master import convert, placement
+from curvine_py.master import placement
 from curvine_py.master.namespace import Namespace
 from curvine_py.master.types import (
     ROOT_INO,
@@ -20,6 +20,7 @@ from curvine_py.master.types import (
     StorageClass,
     WorkerInfo,
 )
+from curvine_py.rpc import convert
 from tests.unit.test_master_support import FakeClock, MiB, mkdir, mkfile, open_store, raw_execute, worker
 
 pytestmark = pytest.mark.usefixtures("meta_engine")   # every test on SQLite and on PostgreSQL
