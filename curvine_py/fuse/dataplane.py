@@ -6,6 +6,9 @@ fight pyfuse3 (which copies every reply into the kernel holding the GIL) for it:
 threaded path stalls at ~0.6 GB/s with ~70 futex calls per MiB. Here each FUSE request awaits its
 own pooled connection in the trio thread; requests in flight overlap on the sockets, not on threads.
 
+A block whose owner runs on this node is read through the descriptor of its stored file
+(fuse/localfds.py: short-circuit, still in the trio thread, same verification).
+
 Frames are the sans-IO codec of core/frames.py; payloads are verified with the same per-chunk
 digests as the threaded client (client/workerio.verify).
 
@@ -28,6 +31,7 @@ from curvine_py.client.membership import View, WorkerAddress
 from curvine_py.client.workerio import verify
 from curvine_py.core import frames
 from curvine_py.core.errors import CurvineError
+from curvine_py.fuse.localfds import LocalFds, LocalMiss
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 
@@ -93,6 +97,7 @@ class TrioBlockReader:
         self._max_payload = max_payload
         self._per_worker = per_worker
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self.local = LocalFds(token=token, timeout_s=timeout_s)
         self.hits = 0       # reads served here (for tests and the benchmark)
 
     async def _connect(self, worker: WorkerAddress) -> _Connection:
@@ -135,9 +140,16 @@ class TrioBlockReader:
         candidates: Sequence[str] = [w for w in block.worker_ids if w in view.workers]
         if not candidates:
             raise FastPathMiss("no live worker holds the block")
-        worker = view.workers[candidates[0]]
+        # A replica on this node first: its stored file is read by descriptor, no TCP.
+        worker = next((view.workers[w] for w in candidates if self._is_local(view.workers[w])),
+                      view.workers[candidates[0]])
         if self._is_local(worker):
-            raise FastPathMiss("a worker on this node: short-circuit reads are faster")
+            try:
+                data = await self.local.read(worker.unix_socket, block, offset, length, out, minimum)
+            except LocalMiss as exc:
+                raise FastPathMiss(f"worker {worker.worker_id} (local): {exc}") from None
+            self.hits += 1
+            return data
         request = DataHeader(block_id=block.block_id, offset=offset, length=length)
         try:
             reply, received = await self._read_from(worker, request, out)
@@ -150,6 +162,7 @@ class TrioBlockReader:
         return data
 
     def close(self) -> None:
+        self.local.close()
         for conns in self._idle.values():
             for conn in conns:
                 conn.close()

@@ -1,0 +1,145 @@
+"""Short-circuit reads in the mount's trio thread (fuse/localfds.py): a block of a worker on the
+mount's own node is read through its stored file's descriptor, verified chunk by chunk; a bad
+local copy is never served (the read falls back to the threaded client: a replica's bytes, or
+EIO without one), and a file rewritten elsewhere reads new at its next open."""
+from __future__ import annotations
+
+import errno
+import os
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+import trio
+
+from curvine_py.client.buffers import aligned
+from curvine_py.core import layout
+from curvine_py.core.rules import verifiable_range
+from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
+from curvine_py.proto.curvine.v1 import master_pb2 as pb
+from tests.fuse.mounts import Mount
+from tests.harness import Cluster, random_bytes
+
+MiB = 1 << 20
+
+
+def stored_file(cluster: Cluster, index: int, block_id: int) -> pathlib.Path:
+    name = layout.block_file_name(block_id)
+    return cluster.worker_dir(index) / "blocks" / layout.shard_dir(name) / name
+
+
+def flip_byte(path: pathlib.Path, payload_length: int, payload_offset: int) -> None:
+    """Flips one payload byte in place (the same inode: an open descriptor sees it too)."""
+    header = path.stat().st_size - payload_length     # the payload is at the file's end
+    with open(path, "r+b") as fh:
+        fh.seek(header + payload_offset)
+        byte = fh.read(1)
+        fh.seek(header + payload_offset)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+def evict(path: pathlib.Path) -> None:
+    """Drops this node's cached pages of the file, so the next read reaches the mount."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_descriptor_reads_are_verified_and_a_bad_chunk_misses(tmp_path: pathlib.Path) -> None:
+    with Cluster(tmp_path / "cluster", workers=1) as cluster:
+        client = cluster.client()
+        data = random_bytes(3 * MiB + 5000, seed=21)
+        with client.fs.open("/blob", "wb") as fh:
+            fh.write(data)
+        block = client.master.get_blocks(client.fs.stat("/blob").ino).blocks[0]
+        view = client.blocks.membership.view()
+        reader = TrioBlockReader(token=cluster.token, timeout_s=5.0, max_payload=256 * MiB,
+                                 is_local=lambda _worker: True)
+
+        async def read(offset: int, length: int) -> bytes:
+            span = verifiable_range(block.length, block.checksum != 0, offset, length)
+            out = aligned(max(span.length, 1))
+            got = await reader.read(view, block, span.offset, span.length, out, span.minimum)
+            return bytes(got[span.skip:span.skip + length])
+
+        async def scenario() -> None:
+            assert await read(0, MiB) == data[:MiB]
+            assert await read(MiB + 7, 100) == data[MiB + 7:MiB + 107], "a piece inside a chunk"
+            assert await read(3 * MiB, 5000) == data[3 * MiB:], "the short last chunk"
+            assert (reader.local.hits, reader.local.opened) == (3, 1), "one descriptor for the block"
+            flip_byte(stored_file(cluster, 0, block.block_id), len(data), 2 * MiB + 10)
+            with pytest.raises(FastPathMiss, match="fails its digest"):
+                await read(2 * MiB, MiB)
+            assert await read(0, MiB) == data[:MiB], "the good chunks still read, through a new descriptor"
+            assert reader.local.opened == 2
+            bogus = pb.BlockInfo(index=0, block_id=block.block_id + 999, length=MiB, worker_ids=block.worker_ids)
+            with pytest.raises(FastPathMiss):
+                await reader.read(view, bogus, 0, MiB, aligned(MiB), MiB)
+            cluster.kill_worker(0)
+            # A kept descriptor still reads its (immutable) block; a new block needs the worker.
+            assert await read(0, MiB) == data[:MiB]
+            with trio.fail_after(10), pytest.raises(FastPathMiss):
+                await reader.read(view, bogus, 0, MiB, aligned(MiB), MiB)
+
+        trio.run(scenario)
+        reader.close()
+
+
+@pytest.fixture
+def local_rig(tmp_path: pathlib.Path) -> Iterator[tuple[Cluster, Mount]]:
+    """Two workers (node0, node1), the mount on node0: node0's copies are read by descriptor."""
+    with Cluster(tmp_path / "cluster", workers=2) as cluster, \
+            Mount(cluster.master_address, tmp_path / "mnt", args=["--node", "node0"]) as mount:
+        yield cluster, mount
+
+
+@pytest.fixture
+def lone_rig(tmp_path: pathlib.Path) -> Iterator[tuple[Cluster, Mount]]:
+    """One worker (node0) and the mount on its node: every copy is local and the only one."""
+    with Cluster(tmp_path / "cluster", workers=1) as cluster, \
+            Mount(cluster.master_address, tmp_path / "mnt", args=["--node", "node0"]) as mount:
+        yield cluster, mount
+
+
+def test_a_corrupt_local_copy_is_served_from_the_replica(local_rig: tuple[Cluster, Mount]) -> None:
+    cluster, mount = local_rig
+    client = cluster.client()
+    data = random_bytes(3 * MiB, seed=22)
+    (mount.path / "both.bin").write_bytes(data)
+    blocks = client.master.get_blocks(client.fs.stat("/both.bin").ino).blocks
+    assert len(blocks) == 1 and sorted(blocks[0].worker_ids) == sorted([cluster.worker_id(0), cluster.worker_id(1)])
+    evict(mount.path / "both.bin")
+    assert (mount.path / "both.bin").read_bytes() == data
+    flip_byte(stored_file(cluster, 0, blocks[0].block_id), len(data), MiB + 5)
+    evict(mount.path / "both.bin")
+    assert (mount.path / "both.bin").read_bytes() == data, "the replica's bytes, never the bad copy's"
+
+
+def test_a_corrupt_only_copy_fails_eio(lone_rig: tuple[Cluster, Mount]) -> None:
+    cluster, mount = lone_rig
+    client = cluster.client()
+    data = random_bytes(2 * MiB, seed=23)
+    (mount.path / "one.bin").write_bytes(data)
+    block = client.master.get_blocks(client.fs.stat("/one.bin").ino).blocks[0]
+    evict(mount.path / "one.bin")
+    assert (mount.path / "one.bin").read_bytes() == data
+    flip_byte(stored_file(cluster, 0, block.block_id), len(data), MiB + 5)
+    evict(mount.path / "one.bin")
+    with open(mount.path / "one.bin", "rb", buffering=0) as fh:
+        assert fh.read(4096) == data[:4096], "the good chunk still reads"
+        with pytest.raises(OSError) as failed:
+            os.pread(fh.fileno(), MiB, MiB)
+    assert failed.value.errno == errno.EIO
+
+
+def test_a_file_rewritten_elsewhere_reads_new_at_its_next_open(lone_rig: tuple[Cluster, Mount]) -> None:
+    cluster, mount = lone_rig
+    old, new = random_bytes(2 * MiB, seed=24), random_bytes(2 * MiB, seed=25)
+    (mount.path / "f.bin").write_bytes(old)
+    evict(mount.path / "f.bin")
+    assert (mount.path / "f.bin").read_bytes() == old       # its block's descriptor is kept now
+    with cluster.client(node="elsewhere").fs.open("/f.bin", "wb") as fh:
+        fh.write(new)
+    assert (mount.path / "f.bin").read_bytes() == new
