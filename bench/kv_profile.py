@@ -69,7 +69,7 @@ def run_case(cluster: Any, raw: RawClient, raw_pid: int, worker_pid: int, size: 
 
     subject = kv_get if op == "get" else kv_put
     baseline = (lambda _i: raw.get(out)) if op == "get" else (lambda _i: raw.put(data))
-    profiler = cProfile.Profile() if profile_dir else None
+    profiler = cProfile.Profile(time.thread_time_ns, 1e-9) if profile_dir else None   # CPU, not waits
     for _ in range(args.repeats):
         serial[0] += 1
         rows.setdefault(f"raw {op}", []).append(measure(baseline, args.count, raw_pid))

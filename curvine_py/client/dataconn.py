@@ -55,6 +55,40 @@ REARM_BELOW = 0.95
 PIPELINE_DEPTH = 8
 
 
+# The code a reply to each op carries (the op with the response bit).
+_REPLY_CODES = {op: int(op) | frames.RESPONSE_BIT for op in frames.Op}
+_unpack_prefix = frames.PREFIX.unpack_from
+
+
+class ReplyStream(blocking.ReadAhead):
+    """The client's side of a connection's read-ahead: the head of the reply to one request.
+
+    Why not ReadAhead.head + a check: a reply that is what was asked for (the common case) is
+    checked here with one unpack and a few comparisons on the buffered bytes (decode_prefix builds
+    a FramePrefix and looks the op up, two takes slice the buffer: a dozen Python calls per
+    request); anything else goes through the full decoder, which raises the precise error."""
+
+    def reply_head(self, op: frames.Op, request_id: int, max_payload: int) -> tuple[int, DataHeader]:
+        """(payload length, header) of the next frame; ProtocolError unless it answers (op,
+        request_id), TooLarge for a payload above `max_payload`. The caller then owns the payload."""
+        if self._end - self._start < frames.PREFIX_SIZE:
+            self.receive_some()    # EOF or a short read: the full decoder below raises or completes it
+        start = self._start
+        if self._end - start >= frames.PREFIX_SIZE:
+            magic, version, code, reply_id, header_length, payload_length = _unpack_prefix(self._buffer, start)
+            if code == _REPLY_CODES[op] and reply_id == request_id and magic == frames.MAGIC \
+                    and version == frames.VERSION and header_length <= frames.MAX_HEADER \
+                    and payload_length <= max_payload \
+                    and (not payload_length or op in frames.RESPONSE_PAYLOAD_OPS):
+                self._start = start + frames.PREFIX_SIZE
+                header = frames.decode_header(self.take(header_length)) if header_length else DataHeader()
+                return payload_length, header
+        prefix, header = self.head(max_payload=max_payload, expect_response=True)
+        if prefix.op != op or prefix.request_id != request_id:
+            raise ProtocolError(f"reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
+        return prefix.payload_length, header
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     header: DataHeader
@@ -112,7 +146,7 @@ class WorkerConnection:
                 self.close()
                 raise Unavailable(f"{what}: TLS handshake failed: {exc.strerror or exc}",
                                   errno=exc.errno or None) from None
-        self._in = blocking.ReadAhead(self._sock)
+        self._in = ReplyStream(self._sock)
         try:
             hello = self.request(frames.Op.HELLO, DataHeader(token=token), deadline=deadline)
         except CurvineError:
@@ -137,12 +171,20 @@ class WorkerConnection:
         # (try/except rather than a context manager: this runs for every request, and a generator-
         # based context manager costs a dozen Python calls; see _transport_failure.)
         try:
-            self._wait_at_most(deadline, op)
-            self._send(op, request_id, header, payload)
-            self._wait_at_most(deadline, op)
-            prefix, reply = self._reply_head(op, request_id)
-            self._wait_at_most(deadline, op)
-            data, chunk_digests = self._receive_payload(prefix.payload_length, out, digest)
+            # One bound for the send and the wait for the head (a request head leaves at once),
+            # another for the payload only if it has not arrived with the head.
+            if deadline is not None or self._armed != self._timeout_s:
+                self._wait_at_most(deadline, op)
+            if payload is None:
+                self._sock.sendall(frames.encode(op, request_id, header))
+            else:
+                self._send(op, request_id, header, payload)
+            length, reply = self._in.reply_head(op, request_id, self._max_payload)
+            data = chunk_digests = None
+            if length:
+                if deadline is not None and length > self._in.buffered:
+                    self._wait_at_most(deadline, op)
+                data, chunk_digests = self._receive_payload(length, out, digest)
         except Exception as exc:
             failure = self._transport_failure(exc, op)
             if failure is exc:
@@ -179,10 +221,11 @@ class WorkerConnection:
                 if sent < ahead:
                     self._sock.sendall(b"".join(frames.encode(op, ids[i], headers[i]) for i in range(sent, ahead)))
                     sent = ahead
-                prefix, reply = self._reply_head(op, request_id)
-                self._wait_at_most(deadline, op)
+                length, reply = self._in.reply_head(op, request_id, self._max_payload)
+                if deadline is not None and length > self._in.buffered:
+                    self._wait_at_most(deadline, op)
                 try:
-                    data, chunk_digests = self._receive_payload(prefix.payload_length, outs[index], True)
+                    data, chunk_digests = self._receive_payload(length, outs[index], True)
                 except InvalidArgument as exc:     # drained: the stream is in sync
                     results.append(exc)
                     continue
@@ -196,13 +239,6 @@ class WorkerConnection:
             if each_s is not None and not self._kernel_timeouts:
                 self._restore_timeout()
         return results
-
-    def _reply_head(self, op: frames.Op, request_id: int) -> tuple[frames.FramePrefix, DataHeader]:
-        """The next reply's prefix and header; ProtocolError unless it answers (op, request_id)."""
-        prefix, reply = self._in.head(max_payload=self._max_payload, expect_response=True)
-        if prefix.op != op or prefix.request_id != request_id:
-            raise ProtocolError(f"reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
-        return prefix, reply
 
     @property
     def where(self) -> str:
@@ -288,8 +324,7 @@ class WorkerConnection:
         if not digest:
             self._in.read_into(target)
             return target, None
-        read_into = self._in.read_into
-        return target, digests.fill_and_digest(target, lambda piece, _offset: read_into(piece))
+        return target, digests.receive_and_digest(target, self._in.read_into)
 
 
 class ConnectionPool:
@@ -330,16 +365,13 @@ class ConnectionPool:
         sync); closed after a transport failure, a protocol error or anything unexpected."""
         if error is None or isinstance(error, Busy) or (
                 isinstance(error, CurvineError) and not isinstance(error, (Unavailable, Timeout, ProtocolError))):
-            self._give_back(conn.address, conn)
-        else:
-            conn.close()
-
-    def _give_back(self, key: tuple[str, int], conn: WorkerConnection) -> None:
-        with self._lock:
-            idle = self._idle.setdefault(key, [])
-            if len(idle) < self._per_worker:
-                idle.append(conn)
-                return
+            with self._lock:
+                idle = self._idle.get(conn.address)
+                if idle is None:
+                    idle = self._idle[conn.address] = []
+                if len(idle) < self._per_worker:
+                    idle.append(conn)
+                    return
         conn.close()
 
     def drop(self, host: str, port: int) -> None:

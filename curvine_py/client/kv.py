@@ -99,7 +99,11 @@ class KVClient:
         try:
             return action(self._membership.view())
         except StaleEpoch:
-            pass
+            return self._after_stale(action, on_stale)
+
+    def _after_stale(self, action: Callable[[View], T], on_stale: Callable[[], T] | None) -> T:
+        """The second half of `_with_view`: `action` on a refreshed view (the per-request paths
+        make the first attempt themselves, without the closure)."""
         try:
             return action(self._membership.refresh())
         except StaleEpoch as exc:
@@ -145,7 +149,10 @@ class KVClient:
         else a new page-aligned buffer), or None on a miss."""
         validate_key(key, self._max_key_bytes)
         target = None if out is None else writable_view(out)
-        return self._with_view(lambda view: self._get(key, view, target)[1], on_stale=lambda: None)
+        try:
+            return self._get(key, self._membership.view(), target)[1]
+        except StaleEpoch:
+            return self._after_stale(lambda view: self._get(key, view, target), self._stale_miss)[1]
 
     def get(self, key: str) -> bytes | None:
         data = self.get_view(key)
@@ -159,7 +166,10 @@ class KVClient:
     def get_with_meta(self, key: str, out: Any = None) -> tuple[memoryview, bytes] | None:
         validate_key(key, self._max_key_bytes)
         target = None if out is None else writable_view(out)
-        reply, data = self._with_view(lambda view: self._get(key, view, target), on_stale=self._stale_miss)
+        try:
+            reply, data = self._get(key, self._membership.view(), target)
+        except StaleEpoch:
+            reply, data = self._after_stale(lambda view: self._get(key, view, target), self._stale_miss)
         return None if data is None else (data, bytes(reply.user_meta))
 
     def get_many(self, keys: Sequence[str], outs: Sequence[Any] | None = None) -> list[memoryview | None]:

@@ -94,7 +94,7 @@ class WorkerIO:
              deadline_s: float | None = None) -> tuple[DataHeader, memoryview | None]:
         """GET or READ_BLOCK with verification. Returns (reply, bytes) or (reply, None) on a miss.
         `deadline_s`: see `call` (a local worker's unix socket is not bounded by it)."""
-        if self.is_local(worker):
+        if worker.node == self.node and self.is_local(worker):
             try:
                 reply, data, digests = self._short_circuit(worker).read(op, header, out, digest=True)
             except Unavailable as exc:
@@ -112,7 +112,7 @@ class WorkerIO:
         one after another over its unix socket). Each result is (reply, bytes or None on a miss)
         or that request's error (Corrupt for bytes that fail verification); a transport failure
         raises for the whole batch. `deadline_s` bounds the connect and the wait for each reply."""
-        if self.is_local(worker):
+        if worker.node == self.node and self.is_local(worker):
             results: list[tuple[DataHeader, memoryview | None] | CurvineError] = []
             for header, out in zip(headers, outs, strict=True):
                 try:

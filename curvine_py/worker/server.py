@@ -193,6 +193,8 @@ class Session:
         blocking.set_send_timeout(sock, options.idle_timeout_s)
         self._unread = 0          # payload bytes of the current request not yet consumed
         self._metrics = state.metrics
+        self._latency: dict[frames.Op, Histogram] = {}   # this session's children of state.latency
+        self._tls = isinstance(sock, ssl.SSLSocket)       # no sendfile, no sendmsg
         self._close_after = False
         self._handlers: dict[frames.Op, Callable[[frames.FramePrefix, DataHeader], _Outcome]] = {
             frames.Op.HELLO: self._hello,
@@ -242,33 +244,27 @@ class Session:
 
     # -- framing -----------------------------------------------------------------------------------
 
-    def _read_prefix(self) -> memoryview | None:
-        """The next request's prefix (a view valid until the next read), None at a clean close."""
-        self._head.wait_s = self._wait_s()
-        if not self._head.next_request():
-            return None   # clean close between requests
-        return self._head.take_head(frames.PREFIX_SIZE)
-
-    def _read_header(self, length: int) -> DataHeader:
-        if not length:
-            return DataHeader()
-        return frames.decode_header(self._head.take_head(length))
-
     def _one_request(self) -> bool:
-        """Serves one request; False = close the connection."""
-        raw = self._read_prefix()
-        if raw is None:
-            return False
-        _, _, code, request_id, _, _ = frames.PREFIX.unpack(raw)
+        """Serves one request; False = close the connection. (The steps are written out here, not
+        in helpers: this runs for every request, and each Python call is a measurable share of a
+        small request's cost; bench/kv_profile.py counts them.)"""
+        head = self._head
+        if not self._authenticated:   # once authenticated, the idle timeout stays armed
+            head.wait_s = self._wait_s()
+        if not head.next_request():
+            return False   # clean close between requests
+        raw = head.take_head(frames.PREFIX_SIZE)   # a view, valid until the next read
         try:
             prefix = frames.decode_prefix(raw, max_payload=self._options.max_payload, expect_response=False)
         except (TooLarge, ProtocolError) as exc:
             # Refused before reading anything more: an oversized payload is never read or buffered.
+            _, _, code, request_id, _, _ = frames.PREFIX.unpack(raw)
             _log_throttled("garbage", logging.WARNING, "refusing frame from %s: %s", self._peer, exc)
             self._send_raw_error(code, request_id, exc)
             return False
         try:
-            header = self._read_header(prefix.header_length)
+            header = frames.decode_header(head.take_head(prefix.header_length)) if prefix.header_length \
+                else DataHeader()
         except ProtocolError as exc:
             _log_throttled("garbage", logging.WARNING, "malformed header from %s: %s", self._peer, exc)
             self._send_error(prefix, exc)
@@ -277,7 +273,9 @@ class Session:
             self._send_error(prefix, PermissionDenied("authenticate with HELLO first"))
             return False
         self._unread = prefix.payload_length
-        latency = self._state.latency(prefix.op)
+        latency = self._latency.get(prefix.op)
+        if latency is None:
+            latency = self._latency[prefix.op] = self._state.latency(prefix.op)
         start = time.perf_counter()
         try:
             return self._answer(prefix, header)
@@ -312,8 +310,15 @@ class Session:
                            exc_info=True)
             self._send_error(prefix, CurvineError(f"internal error: {exc}"))
             return False
-        self._drain()
-        self._send(prefix, outcome)
+        if self._unread:
+            self._drain()
+        stored = outcome.stored
+        if stored is None:
+            blocking.send_frame(self._sock, prefix.op, prefix.request_id, outcome.header, response=True)
+        else:
+            self._send_stored(prefix, outcome, stored)
+            if prefix.op == frames.Op.GET and not self._options.pass_fds:
+                self._state.kv_sent.inc(outcome.length)
         return not self._close_after
 
     def _drain(self) -> None:
@@ -328,34 +333,36 @@ class Session:
             raise _PeerGone(str(exc)) from None
         self._unread -= len(view)
 
-    def _send(self, prefix: frames.FramePrefix, outcome: _Outcome) -> None:
-        op, request_id, header = prefix.op, prefix.request_id, outcome.header
-        stored = outcome.stored
-        if stored is None:
-            blocking.send_frame(self._sock, op, request_id, header, response=True)
-            return
-        self._send_stored(prefix, outcome, stored)
-        if op == frames.Op.GET and not self._options.pass_fds:
-            self._state.kv_sent.inc(outcome.length)
-
     def _send_stored(self, prefix: frames.FramePrefix, outcome: _Outcome, stored: StoredFile) -> None:
+        """A reply whose payload is a stored file's bytes (closed afterwards, whatever happens)."""
         op, request_id, header = prefix.op, prefix.request_id, outcome.header
-        with stored:
+        try:
             if self._options.pass_fds:
                 header.data_offset = stored.data_offset + outcome.offset
                 frame = frames.encode(op, request_id, header, response=True)
                 sent = socket.send_fds(self._sock, [frame], [stored.fd])
                 if sent < len(frame):
                     self._sock.sendall(frame[sent:])
-            elif outcome.length <= INLINE_PAYLOAD or isinstance(self._sock, ssl.SSLSocket):
+            elif outcome.length <= INLINE_PAYLOAD or self._tls:
                 # (On TLS, sendfile would put plaintext on the wire: the bytes are read and sent.)
-                payload = stored.read(outcome.offset, outcome.length)
-                if len(payload) != outcome.length:
-                    raise Corrupt("stored file is shorter than its header says")
-                blocking.send_frame(self._sock, op, request_id, header, payload, response=True)
+                length = outcome.length
+                payload = os.pread(stored.fd, length, stored.data_offset + outcome.offset)
+                if len(payload) != length:   # a short read of a regular file: it ended early, or a big one
+                    payload = stored.read(outcome.offset, length)
+                    if len(payload) != length:
+                        raise Corrupt("stored file is shorter than its header says")
+                frame = frames.encode(op, request_id, header, length, response=True)
+                if self._tls:
+                    blocking.send_all(self._sock, [frame, payload])
+                else:   # head and bytes in one sendmsg (the rest, in the rare case it was cut short)
+                    sent = self._sock.sendmsg([frame, payload])
+                    if sent < len(frame) + length:
+                        blocking.send_all(self._sock, [memoryview(frame + payload)[sent:]])
             else:
                 blocking.send_frame_from_file(self._sock, op, request_id, header, stored.fd,
                                               stored.data_offset + outcome.offset, outcome.length)
+        finally:
+            stored.close()
 
     def _send_error(self, prefix: frames.FramePrefix, exc: CurvineError) -> None:
         self._send_raw_error(int(prefix.op), prefix.request_id, exc)
@@ -413,7 +420,8 @@ class Session:
         return _Outcome(DataHeader(length=length, found=not stored_now))
 
     def _get(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
-        self._check_epoch(header)
+        if header.epoch and header.epoch < self._state.epoch:
+            self._check_epoch(header)
         try:
             stored = self._store.open_object(header.key)
         except Corrupt:

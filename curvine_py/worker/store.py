@@ -203,7 +203,8 @@ class Store:
 
     def open_object(self, key: str) -> StoredFile | None:
         """The stored object, open, or None on a miss (absent, expired, evicted meanwhile)."""
-        stored = self._open(self.object_name(key))
+        opened = self.open_entry(self.object_name(key))
+        stored = None if opened is None else opened[1]
         if stored is not None and stored.header.key != key:  # a 128-bit hash collision: still a miss
             stored.close()
             return None

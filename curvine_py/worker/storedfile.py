@@ -24,13 +24,12 @@ class StoredFile:
     """An open stored file. The fd keeps reading the same bytes even if the file is evicted,
     deleted or replaced meanwhile. Close it (it is a context manager)."""
 
-    def __init__(self, fd: int, header: layout.StoredHeader) -> None:
+    def __init__(self, fd: int, header: layout.StoredHeader, data_offset: int | None = None) -> None:
+        """`data_offset`: the header's size when the caller knows it (the fd cache keeps it:
+        computing it takes a dozen calls, on every request)."""
         self.fd = fd
         self.header = header
-
-    @property
-    def data_offset(self) -> int:
-        return self.header.header_size
+        self.data_offset = header.header_size if data_offset is None else data_offset
 
     def close(self) -> None:
         if self.fd >= 0:
