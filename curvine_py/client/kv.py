@@ -11,7 +11,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 from curvine_py.client.buffers import writable_view
@@ -229,10 +229,15 @@ class KVClient:
                 elif answer[1] is not None:
                     found[index] = (answer[0], answer[1])
 
-        if len(batches) == 1:
-            run(*batches[0])
-        elif batches:
-            for future in [self._batch_executor().submit(run, *batch) for batch in batches]:
+        if batches:
+            # The first stream runs on this thread (one thread hand-off fewer per batch); the
+            # others are waited for whatever happens here (they write into the caller's buffers).
+            futures = [self._batch_executor().submit(run, *batch) for batch in batches[1:]]
+            try:
+                run(*batches[0])
+            finally:
+                wait(futures)
+            for future in futures:
                 future.result()
         if mistakes:
             raise mistakes[0]

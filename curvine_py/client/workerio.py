@@ -26,7 +26,7 @@ def verify(payload: memoryview, reply: DataHeader, *, whole: bool, digests: list
     payload's chunk digests when already computed as it was received (client/digests.py)."""
     if digests is None:
         digests = layout.chunk_digests(payload)
-    if list(reply.chunk_checksums) != digests:
+    if reply.chunk_checksums != digests:   # (a repeated field compares with a list as a sequence)
         return False
     return not whole or layout.combine(digests) == reply.checksum
 
