@@ -10,7 +10,7 @@ import pytest
 from curvine_py.core.errors import InvalidArgument, IsADirectory, NotADirectory, NotFound, Unavailable
 from curvine_py.core.hashing import Node, Rendezvous
 from curvine_py.master import placement
-from curvine_py.master.namespace import Namespace
+from curvine_py.master.namespace import SCHEMA_VERSION, Namespace
 from curvine_py.master.types import (
     ROOT_INO,
     BlockInfo,
@@ -505,7 +505,7 @@ def test_stored_bytes_reach_the_wire_and_a_version_2_store_gets_them_counted(
                 "UPDATE meta SET value='2' WHERE key='schema_version'")
     again = open_store(tmp_path, clock)
     try:
-        assert again.schema_version() == 3 and again.getattr(f.ino).stored_bytes == 300
+        assert again.schema_version() == SCHEMA_VERSION and again.getattr(f.ino).stored_bytes == 300
         again._db.execute("UPDATE inodes SET stored = 7 WHERE ino=?", (f.ino,))
         assert again.check() == [f"inode {f.ino}: 7 stored bytes recorded, its blocks hold 300"]
         again._db.execute("UPDATE inodes SET stored = 300 WHERE ino=?", (f.ino,))

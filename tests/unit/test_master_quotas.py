@@ -211,7 +211,7 @@ def test_a_version_1_database_is_migrated(tmp_path: pathlib.Path, clock: FakeClo
     raw_execute(tmp_path, "DROP TABLE quotas",      # make it what a version-1 master left behind
                 "ALTER TABLE inodes DROP COLUMN stored", "UPDATE meta SET value='1' WHERE key='schema_version'")
     again = open_store(tmp_path, clock)
-    assert again.schema_version() == SCHEMA_VERSION == 3
+    assert again.schema_version() == SCHEMA_VERSION == 4
     again.set_quota("/d", MiB, 0)
     assert again.check() == []
     again.close()

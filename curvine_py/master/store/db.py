@@ -20,6 +20,7 @@ from curvine_py.core.errors import (
     CurvineError,
     InvalidArgument,
 )
+from curvine_py.master.store.pgfuncs import PG_MIGRATIONS
 from curvine_py.master.store.schema import _SCHEMA, MIGRATIONS, SCHEMA_VERSION, to_postgresql
 from curvine_py.master.types import (
     ROOT_INO,
@@ -156,6 +157,9 @@ class Database:
             while version < SCHEMA_VERSION:
                 version += 1
                 self._run_ddl(MIGRATIONS[version])
+                if self.dialect == POSTGRESQL:        # whole statements: PL/pgSQL bodies hold ';'
+                    for statement in PG_MIGRATIONS.get(version, ()):
+                        self._db.execute(statement)
                 self._set_meta("schema_version", version)
                 log.info("%s: schema migrated to version %d", self.path, version)
 

@@ -17,7 +17,7 @@ from curvine_py.core.errors import (
 )
 from curvine_py.core.keys import PATH_MAX
 from curvine_py.core.rules import truncate_map
-from curvine_py.master.store.db import MAX_ID, Database
+from curvine_py.master.store.db import MAX_ID, POSTGRESQL, Database
 from curvine_py.master.types import (
     ROOT_INO,
     Attr,
@@ -177,6 +177,12 @@ class Inodes(Database):
         return stack[-1][0]
 
     def resolve_path(self, path: str, follow_symlinks: bool = True) -> Attr:
+        if self.dialect == POSTGRESQL and path.startswith("/") and "\x00" not in path \
+                and len(path.encode("utf-8", "surrogateescape")) <= PATH_MAX:
+            from curvine_py.master.store import pgfast  # pgfast builds on this module
+            found = pgfast.walk(self, path)
+            if found is not None:
+                return found
         return self._get(self._resolve(path, follow_symlinks))
 
     def _drop_block(self, block_id: int) -> None:

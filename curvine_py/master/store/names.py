@@ -15,7 +15,8 @@ from curvine_py.core.errors import (
     NotPermitted,
 )
 from curvine_py.core.keys import PATH_MAX, validate_name
-from curvine_py.master.store.db import MAX_ID
+from curvine_py.master.store import pgfast
+from curvine_py.master.store.db import MAX_ID, POSTGRESQL
 from curvine_py.master.store.inodes import _ATTR_COLS, _ATTR_COLS_I, _attr, _type_error
 from curvine_py.master.store.policy import Policies
 from curvine_py.master.store.quotas import Quotas, new_charges
@@ -39,6 +40,8 @@ class Names(Policies, Quotas):
     """The namespace operations."""
 
     def lookup(self, parent: int, name: str) -> Attr:
+        if self.dialect == POSTGRESQL and name not in (".", "..") and pgfast.plain_name(name):
+            return pgfast.lookup(self, parent, name)
         parent_attr = self._dir(parent)
         if name == ".":
             return parent_attr
@@ -97,6 +100,14 @@ class Names(Policies, Quotas):
                 raise InvalidArgument("a symlink needs a target")
             if len(symlink_target.encode("utf-8", "surrogateescape")) > PATH_MAX or "\x00" in symlink_target:
                 raise NameTooLong("symlink target too long")
+        target = symlink_target if kind == FileType.SYMLINK else None
+        size = len(symlink_target.encode("utf-8", "surrogateescape")) if target is not None else 0
+        nlink = 2 if kind == FileType.DIRECTORY else 1
+        rdev = rdev if kind in (FileType.CHARDEV, FileType.BLOCKDEV) else 0
+        if pgfast.enabled(self):      # one statement; None: the name exists, decided below
+            made = pgfast.create(self, parent, name, kind, mode, uid, gid, size, nlink, rdev, target)
+            if made is not None:
+                return made
         with self.transaction():
             parent_attr, existing = self._dir_and_child(parent, name)
             now = self._now()
@@ -126,10 +137,6 @@ class Names(Policies, Quotas):
                 block_size = self._effective(parent)[0].block_size or self.block_size
             else:
                 block_size = self.block_size
-            target = symlink_target if kind == FileType.SYMLINK else None
-            size = len(symlink_target.encode("utf-8", "surrogateescape")) if target is not None else 0
-            nlink = 2 if kind == FileType.DIRECTORY else 1
-            rdev = rdev if kind in (FileType.CHARDEV, FileType.BLOCKDEV) else 0
             cursor = self._db.execute(
                 "INSERT INTO inodes (type, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev,"
                 f" block_size, target, parent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING {_ATTR_COLS}",
@@ -212,6 +219,10 @@ class Names(Policies, Quotas):
         blocks, or kept as an orphan (`keep_orphan`: still open) until `release_orphan`; `keeper` is
         the client session keeping it (its orphans are released when it dies: master/sessions.py)."""
         validate_name(name)
+        if pgfast.enabled(self):
+            done = pgfast.unlink(self, parent, name, directory, keep_orphan, keeper)
+            if done is not None:
+                return done
         with self.transaction():
             self._dir(parent)
             ino = self._child(parent, name)
@@ -261,6 +272,10 @@ class Names(Policies, Quotas):
         posix.check_rename_flags(flags)
         validate_name(name)
         validate_name(new_name)
+        if pgfast.enabled(self):
+            done = pgfast.rename(self, parent, name, new_parent, new_name, flags, keep_orphan, keeper)
+            if done is not None:
+                return done
         with self.transaction():
             self._dir(parent)
             self._dir(new_parent)

@@ -17,6 +17,8 @@ import contextlib
 import functools
 import logging
 import re
+import select
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -30,6 +32,7 @@ log = logging.getLogger(__name__)
 _GROUP_CONCAT = re.compile(r"\bgroup_concat\(([^()]*)\)", re.IGNORECASE)
 _BUSY = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR, pq.TransactionStatus.ACTIVE)
 T = TypeVar("T")
+IDLE_CHECK_S = 1.0               # a writer idle this long sends BEGIN alone first (a dead session is retried)
 READ_TIMEOUT_S = 1.5             # a pooled reader is waited for this long, twice at most: under a 5 s client deadline
 
 
@@ -49,10 +52,11 @@ def lost(exc: BaseException) -> CurvineError:
 class Rows:
     """A result already fetched (a statement whose pooled connection went back at once)."""
 
-    def __init__(self, rows: list[tuple[Any, ...]], rowcount: int) -> None:
+    def __init__(self, rows: list[tuple[Any, ...]], rowcount: int, status: str | None = None) -> None:
         self._rows = rows
         self._next = 0
         self.rowcount = rowcount
+        self.status = status            # the server's command tag ("COMMIT", "ROLLBACK", "INSERT 0 1" ...)
 
     def fetchone(self) -> tuple[Any, ...] | None:
         if self._next >= len(self._rows):
@@ -71,7 +75,7 @@ class Rows:
 def _run(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> Rows:
     cursor = conn.execute(translate(sql), params or None)
     rows = cursor.fetchall() if cursor.description is not None else []
-    return Rows(rows, cursor.rowcount)
+    return Rows(rows, cursor.rowcount, cursor.statusmessage)
 
 
 class _Pending:
@@ -113,10 +117,14 @@ class PgWriter:
         self._pipeline: psycopg.Pipeline | None = None
         self._manager: contextlib.AbstractContextManager[psycopg.Pipeline] | None = None
         self._open = False                # a transaction is open (BEGIN sent, COMMIT/ROLLBACK not yet)
+        self._idle_since = 0.0            # monotonic time the last transaction ended
 
     @property
     def in_transaction(self) -> bool:
-        return self._open and not (self.conn.closed or self.conn.broken)
+        # True until COMMIT/ROLLBACK even when the session broke inside: the calls after the break
+        # then fail on the dead session (Unavailable), never in a new transaction on a reconnected
+        # one whose COMMIT would acknowledge the lost work of the calls before the break.
+        return self._open
 
     def guard(self, fn: Callable[[], T]) -> T:
         try:
@@ -134,7 +142,6 @@ class PgWriter:
 
     def _drop_pipeline(self) -> None:
         manager, self._manager, self._pipeline = self._manager, None, None
-        self._open = False
         if manager is not None:
             with contextlib.suppress(Exception):
                 manager.__exit__(None, None, None)
@@ -170,6 +177,31 @@ class PgWriter:
     def _begin(self, sql: str) -> None:
         self.conn = self._ensure()
         try:
+            if time.monotonic() - self._idle_since < IDLE_CHECK_S and not self._server_spoke():
+                # Busy and nothing heard: BEGIN travels with the first statement (no round trip of
+                # its own). A session that breaks right now fails the batch (Unavailable).
+                self._enter_pipeline()
+                self.guard(lambda: self.conn.execute(translate(sql)))
+            else:
+                self._begin_alone(sql)
+                self._enter_pipeline()
+        except BaseException:
+            self._drop_pipeline()         # no transaction is open: the next BEGIN reconnects
+            raise
+        self._open = True
+
+    def _server_spoke(self) -> bool:
+        """Something arrived on the idle session: a server that ends a session (a restart, a
+        killed backend) says so, then closes the socket. Then BEGIN goes alone, and a dead session
+        is replaced before anything is written on it."""
+        try:
+            readable, _, _ = select.select([self.conn.fileno()], [], [], 0)
+        except (OSError, ValueError, psycopg.Error):
+            return True
+        return bool(readable)
+
+    def _begin_alone(self, sql: str) -> None:
+        try:
             _run(self.conn, sql, ())
         except psycopg.Error:
             if not (self.conn.broken or self.conn.closed):
@@ -178,19 +210,26 @@ class PgWriter:
             # reconnecting (and re-taking the lock) once before this transaction is safe.
             self.conn = self._ensure()
             self.guard(lambda: _run(self.conn, sql, ()))
-        self._open = True
-        self._enter_pipeline()
 
     def _end(self, sql: str) -> None:
         try:
-            if self._pipeline is None:
-                self.guard(lambda: _run(self.conn, sql, ()))
+            if sql == "ROLLBACK" and (self.conn.broken or self.conn.closed):
+                self._drop_pipeline()     # the server has rolled it back already
                 return
-            if sql == "ROLLBACK":
-                with contextlib.suppress(psycopg.Error):
-                    self.sync()
-            self.guard(lambda: self.conn.execute(sql))
-            self._leave_pipeline()        # waits for the COMMIT: no reply before it is durable
+            if self._pipeline is None:
+                ended = self.guard(lambda: _run(self.conn, sql, ()))
+                status = ended.status
+            else:
+                if sql == "ROLLBACK":
+                    with contextlib.suppress(psycopg.Error):
+                        self.sync()
+                cursor = self.guard(lambda: self.conn.execute(sql))
+                self._leave_pipeline()    # waits for the COMMIT: no reply before it is durable
+                status = cursor.statusmessage
+            if sql == "COMMIT" and status != "COMMIT":
+                # The server answers a COMMIT of an aborted transaction with ROLLBACK, not an error:
+                # a call without a savepoint of its own failed on the server (pgfast.py).
+                raise CurvineError(f"metadata commit failed: the server rolled the transaction back ({status})")
         except BaseException:
             self._drop_pipeline()
             if not (self.conn.closed or self.conn.broken) and \
@@ -200,6 +239,7 @@ class PgWriter:
             raise
         finally:
             self._open = False
+            self._idle_since = time.monotonic()
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Rows:
         def run() -> Rows:
@@ -224,10 +264,15 @@ class PgWriter:
         if in_pipeline:
             self._enter_pipeline()
 
+    def alone(self, sql: str, params: Sequence[Any] = ()) -> Rows | _Pending:
+        """A read that is a whole answer by itself (PgReader.alone); on the writer, as execute."""
+        return self.execute(sql, params)
+
     def close(self, *, last: tuple[str, tuple[Any, ...]] | None = None) -> None:
         """Ends the session; `last`: one statement run on it first, outside any pipeline (the
         engine gives its leader lock up this way: pgengine.py)."""
         self._drop_pipeline()
+        self._open = False
         if last is not None and not (self.conn.closed or self.conn.broken):
             try:
                 self.conn.execute(last[0], last[1])
@@ -303,6 +348,27 @@ class PgReader:
             else:
                 self._pool.putconn(conn)
             return rows
+        raise AssertionError("unreachable")
+
+    def alone(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        """A statement that is the whole of its read (one statement is consistent by itself): as the
+        first of a snapshot it runs without the snapshot's BEGIN, so neither BEGIN nor COMMIT costs
+        a round trip. Statements after it in the same snapshot begin one of their own, so the caller
+        must not combine its answer with theirs (pgfast.walk drops it when it answers None)."""
+        if self._pinned is None or self._begun:
+            return self.execute(sql, params)
+        for attempt in (0, 1):
+            conn = self._pinned
+            try:
+                return _run(conn, sql, params)
+            except psycopg.Error as exc:
+                if not (conn.broken or conn.closed):
+                    raise
+                self._pool.putconn(conn)          # the pool drops a broken session
+                self._pinned = None
+                if attempt:
+                    raise lost(exc) from None
+                self._pinned = self._borrow()
         raise AssertionError("unreachable")
 
     @staticmethod

@@ -2,7 +2,8 @@
 
 `_SCHEMA` is version 1; `MIGRATIONS[n]` takes a database from version n-1 to n. The version a
 database is at is kept in it (meta.schema_version); opening an older one applies the missing
-migrations in one transaction, a newer one is refused. The same scripts build a PostgreSQL
+migrations in one transaction, a newer one is refused. On PostgreSQL a version may also install
+server-side functions (`pgfuncs.PG_MIGRATIONS[n]`, run after `MIGRATIONS[n]`). The same scripts build a PostgreSQL
 database through `to_postgresql` (64-bit integers, BYTEA, an identity column for the inode
 numbers, bytewise "C" collation for names so readdir's order is the same on both engines).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value ANY NOT NULL) WITHOUT ROWID;
@@ -126,6 +127,8 @@ ALTER TABLE inodes ADD COLUMN stored INTEGER NOT NULL DEFAULT 0;
 UPDATE inodes SET stored = (SELECT COALESCE(SUM(b.length), 0) FROM blocks b WHERE b.ino = inodes.ino)
     WHERE type = 1;
 """,
+    # PostgreSQL's server-side functions (store/pgfuncs.py PG_MIGRATIONS[4]): nothing for SQLite.
+    4: "",
 }
 
 
