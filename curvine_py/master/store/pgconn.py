@@ -230,12 +230,16 @@ class PgWriter:
                 # The server answers a COMMIT of an aborted transaction with ROLLBACK, not an error:
                 # a call without a savepoint of its own failed on the server (pgfast.py).
                 raise CurvineError(f"metadata commit failed: the server rolled the transaction back ({status})")
-        except BaseException:
+        except BaseException as exc:
             self._drop_pipeline()
             if not (self.conn.closed or self.conn.broken) and \
                     self.conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 with contextlib.suppress(psycopg.Error):
                     self.conn.execute("ROLLBACK")    # a COMMIT that failed leaves nothing open
+            if isinstance(exc, psycopg.Error) and sql == "COMMIT":
+                # In pipeline mode the COMMIT after a failed statement is not even sent (PipelineAborted).
+                raise CurvineError(f"metadata commit failed: {' '.join(str(exc).split()) or type(exc).__name__}") \
+                    from None
             raise
         finally:
             self._open = False
