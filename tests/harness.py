@@ -162,7 +162,7 @@ def small_disk_cluster(root: pathlib.Path) -> Iterator[Cluster]:
     """One worker whose data dir is a 10 MiB tmpfs that claims 1 GiB of capacity, and a `durable`
     directory /durable with 4 MiB blocks: the worker finds out the disk is full only when a write
     fails (issue 11's repro of a failed multi-block write)."""
-    from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+    from curvine_py.core.domain import Policy, StorageClass
     mount_point = root / "worker0"
     mount_point.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=10m", "tmpfs", str(mount_point)], check=True)
@@ -170,7 +170,7 @@ def small_disk_cluster(root: pathlib.Path) -> Iterator[Cluster]:
         with Cluster(root, workers=1, capacity="1GiB") as cluster:
             client = cluster.client()
             client.fs.mkdir("/durable")
-            client.fs.set_policy("/durable", cpb.Policy(storage_class=cpb.DURABLE, block_size=4 * (1 << 20)))
+            client.fs.set_policy("/durable", Policy(storage_class=StorageClass.DURABLE, block_size=4 * (1 << 20)))
             yield cluster
     finally:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)

@@ -7,6 +7,7 @@ import os
 import posixpath
 import sys
 import time
+from dataclasses import replace
 
 from curvine_py.cli import fstree as tree
 from curvine_py.cli.common import add_client_options, client_from, human_bytes, run_tool
@@ -14,8 +15,8 @@ from curvine_py.cli.progress import progress_bar
 from curvine_py.cli.transfer import default_jobs
 from curvine_py.client import CurvineClient, FileStatus
 from curvine_py.config import parse_size
+from curvine_py.core.domain import StorageClass
 from curvine_py.core.errors import InvalidArgument
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 
 def _line(status: FileStatus) -> str:
@@ -89,7 +90,7 @@ def _quota(client: CurvineClient, args: argparse.Namespace) -> None:
           f"inodes {_limit(q.used_inodes, q.max_inodes, False)}")
 
 
-_CLASSES = {"cache": cpb.CACHE, "durable": cpb.DURABLE}
+_CLASSES = {"cache": StorageClass.CACHE, "durable": StorageClass.DURABLE}
 
 
 def _policy(client: CurvineClient, args: argparse.Namespace) -> None:
@@ -100,11 +101,7 @@ def _policy(client: CurvineClient, args: argparse.Namespace) -> None:
                "ttl_ms": args.ttl_ms, "block_size": args.block_size, "placement": args.placement}
     changes = {k: v for k, v in changes.items() if v is not None}
     if changes:
-        policy = cpb.Policy()
-        policy.CopyFrom(current.policy)
-        for field, value in changes.items():
-            setattr(policy, field, value)
-        current = client.fs.set_policy(args.path, policy)
+        current = client.fs.set_policy(args.path, replace(current.policy, **changes))
     p = current.policy
     name = {v: k for k, v in _CLASSES.items()}.get(p.storage_class, "inherit")
     print(f"{args.path}: class={name} replicas={p.replicas or 'default'} ttl_ms={p.ttl_ms} "

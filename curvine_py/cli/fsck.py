@@ -27,13 +27,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
-
 from curvine_py.cli.common import add_client_options, client_from, run_tool
 from curvine_py.client.master import MasterClient
 from curvine_py.config import parse_size
+from curvine_py.core.cluster import CorruptCopy, FsckReport, Inventory
 from curvine_py.core.errors import Timeout
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
+from curvine_py.rpc.convert import fsck_as_dict, inventory_as_dict
 
 INVENTORY_DEADLINE_S = 60.0     # workers re-register at their next heartbeat (1 s by default)
 REPAIR_DEADLINE_S = 600.0
@@ -62,12 +61,12 @@ class ScrubTotals:
     copies: int = 0
     bytes: int = 0
     skipped: int = 0
-    corrupt: list[pb.CorruptCopy] = field(default_factory=list)
-    missing: list[pb.CorruptCopy] = field(default_factory=list)
+    corrupt: list[CorruptCopy] = field(default_factory=list)
+    missing: list[CorruptCopy] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        def copy(c: pb.CorruptCopy) -> dict[str, Any]:
+        def copy(c: CorruptCopy) -> dict[str, Any]:
             return {"blockId": f"{c.block_id:x}", "workerId": c.worker_id, "path": c.path, "reason": c.reason}
         return {"copies": self.copies, "bytes": self.bytes, "skipped": self.skipped,
                 "corrupt": [copy(c) for c in self.corrupt], "missing": [copy(c) for c in self.missing],
@@ -75,7 +74,7 @@ class ScrubTotals:
 
 
 def collect_inventories(master: MasterClient, deadline_s: float = INVENTORY_DEADLINE_S, *,
-                        delete_orphans: bool = False) -> pb.FsckReply:
+                        delete_orphans: bool = False) -> FsckReport:
     reply = master.fsck(rescan=True, delete_orphans=delete_orphans)
     deadline = time.monotonic() + deadline_s
     while reply.pending:
@@ -102,7 +101,7 @@ def scrub(master: MasterClient, rate: int) -> ScrubTotals:
         after = page.next_after
 
 
-def repair(master: MasterClient, deadline_s: float = REPAIR_DEADLINE_S) -> tuple[pb.FsckReply, int, list[str]]:
+def repair(master: MasterClient, deadline_s: float = REPAIR_DEADLINE_S) -> tuple[FsckReport, int, list[str]]:
     """Repair rounds until nothing is under-replicated or a round makes no progress. Returns the
     last reply, the copies made and the errors seen."""
     copied, errors = 0, list[str]()
@@ -122,7 +121,7 @@ def repair(master: MasterClient, deadline_s: float = REPAIR_DEADLINE_S) -> tuple
             time.sleep(POLL_S)
 
 
-def clean(reply: pb.FsckReply, inventories: list[pb.WorkerInventory], scrubbed: ScrubTotals | None = None,
+def clean(reply: FsckReport, inventories: list[Inventory], scrubbed: ScrubTotals | None = None,
           *, repaired: bool = False) -> bool:
     """With `repaired`, what the inventories and the scrub found counts only through what is left."""
     r = reply.replication
@@ -132,11 +131,11 @@ def clean(reply: pb.FsckReply, inventories: list[pb.WorkerInventory], scrubbed: 
     return not reply.problems and not found and not r.under_replicated and not r.lost
 
 
-def _copy_line(kind: str, c: pb.CorruptCopy) -> str:
+def _copy_line(kind: str, c: CorruptCopy) -> str:
     return f"{kind}: block {c.block_id:x} on worker {c.worker_id} ({c.path or '<no name>'}): {c.reason}"
 
 
-def render(reply: pb.FsckReply, inventories: list[pb.WorkerInventory], repaired: bool, copied: int,
+def render(reply: FsckReport, inventories: list[Inventory], repaired: bool, copied: int,
            errors: list[str], scrubbed: ScrubTotals | None = None) -> str:
     lines = []
     for inv in inventories:
@@ -183,8 +182,8 @@ def main(argv: list[str]) -> int:
                 reply = client.master.fsck()      # the replica counts after the scrub dropped copies
         ok = clean(reply, inventories, scrubbed, repaired=args.repair)
         if args.json:
-            out = MessageToDict(reply, always_print_fields_with_no_presence=True)
-            out["inventories"] = [MessageToDict(i, always_print_fields_with_no_presence=True) for i in inventories]
+            out = fsck_as_dict(reply)
+            out["inventories"] = [inventory_as_dict(i) for i in inventories]
             out.update(clean=ok, copied=copied, errors=errors)
             if scrubbed is not None:
                 out["scrub"] = scrubbed.as_dict()

@@ -18,7 +18,6 @@ import sys
 import time
 from collections.abc import Callable
 
-from google.protobuf.json_format import MessageToDict
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
@@ -26,7 +25,8 @@ from rich.text import Text
 
 from curvine_py.cli.common import add_client_options, client_from, human_bytes, run_tool
 from curvine_py.client import CurvineClient
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
+from curvine_py.core.cluster import ClusterReport
+from curvine_py.rpc.convert import report_as_dict
 
 DEFAULT_WATCH_S = 2.0
 BAR_WIDTH = 20
@@ -54,7 +54,7 @@ def hit_rate(hits: int, misses: int) -> str:
     return f"{hits / lookups:.1%} of {lookups}" if lookups else "-"
 
 
-def workers_table(report: pb.ClusterReport, now_ms: float) -> Table:
+def workers_table(report: ClusterReport, now_ms: float) -> Table:
     table = Table(title="workers", title_justify="left", expand=False)
     for name, justify in (("worker", "left"), ("health", "left"), ("address", "left"), ("node", "left"),
                           ("capacity", "left"), ("used / capacity", "right"), ("objects", "right"),
@@ -73,7 +73,7 @@ def workers_table(report: pb.ClusterReport, now_ms: float) -> Table:
     return table
 
 
-def mounts_table(report: pb.ClusterReport, now_ms: float) -> Table:
+def mounts_table(report: ClusterReport, now_ms: float) -> Table:
     table = Table(title=f"mounts {len(report.mounts)}", title_justify="left")
     for name, justify in (("node", "left"), ("mountpoint", "left"), ("metrics", "right"), ("heartbeat", "right")):
         table.add_column(name, justify=justify, no_wrap=True)   # type: ignore[arg-type]
@@ -82,7 +82,7 @@ def mounts_table(report: pb.ClusterReport, now_ms: float) -> Table:
     return table
 
 
-def quotas_table(report: pb.ClusterReport) -> Table:
+def quotas_table(report: ClusterReport) -> Table:
     table = Table(title=f"quotas {len(report.quotas)}", title_justify="left")
     for name in ("path", "bytes", "used / limit", "inodes"):
         table.add_column(name, no_wrap=True)
@@ -93,7 +93,7 @@ def quotas_table(report: pb.ClusterReport) -> Table:
     return table
 
 
-def render(report: pb.ClusterReport, now_ms: float) -> RenderableType:
+def render(report: ClusterReport, now_ms: float) -> RenderableType:
     live = sum(1 for w in report.workers if w.live)
     health = "green" if live == len(report.workers) and live else "red"
     head = Text(f"cluster {report.cluster_id}  epoch {report.epoch}  workers ")
@@ -125,11 +125,11 @@ def render(report: pb.ClusterReport, now_ms: float) -> RenderableType:
     return Group(*parts)
 
 
-def as_json(report: pb.ClusterReport, indent: int | None) -> str:
-    return json.dumps(MessageToDict(report, always_print_fields_with_no_presence=True), indent=indent)
+def as_json(report: ClusterReport, indent: int | None) -> str:
+    return json.dumps(report_as_dict(report), indent=indent)
 
 
-def watch(fetch: Callable[[], pb.ClusterReport], show: Callable[[pb.ClusterReport], None],
+def watch(fetch: Callable[[], ClusterReport], show: Callable[[ClusterReport], None],
           live: Live | None, interval: float) -> None:
     """Fetch and show every `interval` seconds until Ctrl-C (KeyboardInterrupt)."""
     while True:
@@ -158,7 +158,7 @@ def main(argv: list[str]) -> int:
         p.error("--watch SECONDS must be more than 0")
     console = Console(soft_wrap=False) if sys.stdout.isatty() else Console(width=PIPE_WIDTH, soft_wrap=False)
 
-    def show(report: pb.ClusterReport) -> None:
+    def show(report: ClusterReport) -> None:
         if args.json:
             print(as_json(report, None if args.watch else 2), flush=True)
         else:
@@ -176,7 +176,7 @@ def main(argv: list[str]) -> int:
     return run_tool("report", body)
 
 
-def _watch(client: CurvineClient, show: Callable[[pb.ClusterReport], None], console: Console,
+def _watch(client: CurvineClient, show: Callable[[ClusterReport], None], console: Console,
            interval: float, terminal: bool) -> int:
     try:
         if terminal:

@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from curvine_py.client import CurvineClient
 from curvine_py.config import (
@@ -28,9 +28,9 @@ from curvine_py.config import (
     add_token_file_option,
     load,
 )
+from curvine_py.core.domain import StorageClass
 from curvine_py.core.errors import CurvineError
 from curvine_py.procs import RoleProcess, curvine_command, start
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +109,7 @@ def make_cache_dir(master: str, token: str) -> None:
     the worker's watermarks evict them (LRU) instead of filling the disk."""
     with CurvineClient(master, token=token) as client:
         client.fs.mkdir(LMCACHE_DIR, parents=True)
-        policy = cpb.Policy()
-        policy.CopyFrom(client.fs.get_policy(LMCACHE_DIR).policy)
-        policy.storage_class = cpb.CACHE
+        policy = replace(client.fs.get_policy(LMCACHE_DIR).policy, storage_class=StorageClass.CACHE)
         client.fs.set_policy(LMCACHE_DIR, policy)
 
 

@@ -24,6 +24,7 @@ from curvine_py.client.buffers import zero
 from curvine_py.client.readahead import ReadAhead
 from curvine_py.client.writeback import WriteBack
 from curvine_py.core import layout
+from curvine_py.core.domain import Attr
 from curvine_py.core.errors import CurvineError, InvalidArgument
 from curvine_py.core.rules import truncate_map
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
@@ -37,7 +38,8 @@ DEFAULT_BLOCK_SIZE = 64 << 20
 class CurvineFile(io.RawIOBase):
     """An open regular file. Positional API (pread/pwrite) for FUSE, stream API for everyone."""
 
-    def __init__(self, store: BlockStore, attr: cpb.Attr, *, node: str, writable: bool,
+    # transitional: `attr` may still be protobuf (fuse/handles.py, bench/) until the block path switches (issue 9)
+    def __init__(self, store: BlockStore, attr: Attr | cpb.Attr, *, node: str, writable: bool,
                  append: bool = False, on_close: Callable[[], None] | None = None,
                  blocks: pb.BlocksReply | None = None, read_ahead: int = 0,
                  write_behind: bool = False) -> None:
@@ -328,7 +330,7 @@ class CurvineFile(io.RawIOBase):
         with self._lock:
             if request.HasField("size"):
                 self.commit()
-            attr = self._store.master.setattr(request)
+            attr = self._store.master.pb.setattr(request)   # transitional: protobuf until the block path switches
             if request.HasField("size"):
                 self._truncated(attr)
             return attr

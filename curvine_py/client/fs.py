@@ -16,11 +16,11 @@ from curvine_py.client.files import BlockStore, CurvineFile
 from curvine_py.client.master import MasterClient
 from curvine_py.client.types import DiskUsage, FileStatus, Quota
 from curvine_py.core import layout
+from curvine_py.core.domain import FileType, NewNode, Policy, PolicyAt
 from curvine_py.core.errors import AlreadyExists, CurvineError, InvalidArgument, IsADirectory, NotFound
 from curvine_py.core.keys import NAME_MAX, split_path
 from curvine_py.core.posix import ROOT_INO
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
+from curvine_py.proto.curvine.v1 import common_pb2 as cpb  # transitional: bench/ passes protobuf policies
 
 COPY_CHUNK = 16 << 20
 
@@ -87,7 +87,7 @@ class FileSystem:
     def ls(self, path: str = "/") -> list[FileStatus]:
         base = normalize(path)
         attr = self.master.resolve(base)
-        if attr.type != cpb.DIRECTORY:
+        if attr.type != FileType.DIRECTORY:
             return [FileStatus.of(base, attr)]
         return [FileStatus.of(posixpath.join(base, e.name), e.attr) for e in self.master.readdir_all(attr.ino)]
 
@@ -98,20 +98,18 @@ class FileSystem:
             for name in parts:
                 current += "/" + name
                 try:
-                    attr = self.master.create(pb.CreateRequest(parent=parent, name=name, type=cpb.DIRECTORY,
-                                                               mode=mode, exclusive=True))
+                    attr = self.master.create(NewNode(parent, name, FileType.DIRECTORY, mode))
                 except AlreadyExists:
                     attr = self.master.lookup(parent, name)
                 parent = attr.ino
             return FileStatus.of(normalize(path), attr)
         parent, name = self._parent(path)
-        return FileStatus.of(normalize(path), self.master.create(
-            pb.CreateRequest(parent=parent, name=name, type=cpb.DIRECTORY, mode=mode, exclusive=True)))
+        return FileStatus.of(normalize(path), self.master.create(NewNode(parent, name, FileType.DIRECTORY, mode)))
 
     def rm(self, path: str, recursive: bool = False) -> None:
         parent, name = self._parent(path)
         attr = self.master.lookup(parent, name)
-        if attr.type == cpb.DIRECTORY:
+        if attr.type == FileType.DIRECTORY:
             if recursive:
                 for entry in self.master.readdir_all(attr.ino):
                     self.rm(posixpath.join(normalize(path), entry.name), recursive=True)
@@ -127,8 +125,7 @@ class FileSystem:
     def symlink(self, target: str, path: str) -> FileStatus:
         parent, name = self._parent(path)
         return FileStatus.of(normalize(path), self.master.create(
-            pb.CreateRequest(parent=parent, name=name, type=cpb.SYMLINK, mode=0o777, symlink_target=target,
-                             exclusive=True)))
+            NewNode(parent, name, FileType.SYMLINK, 0o777, target=target)))
 
     def open(self, path: str, mode: str = "rb") -> CurvineFile:
         """Modes: rb, wb (create/truncate), xb (exclusive create), ab (append), r+b (update)."""
@@ -139,9 +136,9 @@ class FileSystem:
             attr = self.master.resolve(normalize(path))
         else:
             parent, name = self._parent(path)
-            attr = self.master.create(pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=0o644,
-                                                       exclusive="x" in flags, truncate="w" in flags))
-        if attr.type == cpb.DIRECTORY:
+            attr = self.master.create(NewNode(parent, name, FileType.REGULAR, 0o644, exclusive="x" in flags,
+                                              truncate="w" in flags))
+        if attr.type == FileType.DIRECTORY:
             raise IsADirectory(f"{path} is a directory")
         writable = bool(flags & {"w", "x", "a", "+"})
         handle = CurvineFile(self._blocks, attr, node=self._node, writable=writable, append="a" in flags)
@@ -156,8 +153,7 @@ class FileSystem:
         parent, name = self._parent(path)
         temporary = f".{_stem(name, len('..put-') + 12)}.put-{secrets.token_hex(6)}"
         with open(local_path, "rb") as source:
-            attr = self.master.create(pb.CreateRequest(parent=parent, name=temporary, type=cpb.REGULAR,
-                                                       mode=0o644, exclusive=True))
+            attr = self.master.create(NewNode(parent, temporary, FileType.REGULAR, 0o644))
             try:
                 with CurvineFile(self._blocks, attr, node=self._node, writable=True) as target:
                     while chunk := source.read(COPY_CHUNK):
@@ -207,7 +203,7 @@ class FileSystem:
         except NotFound:
             return False
         with open(local_path, "rb") as source:
-            if attr.type != cpb.REGULAR or attr.size != os.fstat(source.fileno()).st_size:
+            if attr.type != FileType.REGULAR or attr.size != os.fstat(source.fileno()).st_size:
                 return False
             blocks = sorted(self.master.get_blocks(attr.ino).blocks, key=lambda b: b.index)
             if [b.index for b in blocks] != list(range(len(blocks))) or sum(b.length for b in blocks) != attr.size:
@@ -237,9 +233,9 @@ class FileSystem:
     def df(self, path: str = "/") -> DiskUsage:
         """Space and inodes as seen from `path`: the cluster's, bounded by the nearest directory quota
         at or above it (its byte limit is then the capacity, as in a mount rooted there)."""
-        reply = self.master.statfs(self.master.resolve(normalize(path)).ino)
-        return DiskUsage(capacity=reply.capacity, used=reply.used, available=reply.available, files=reply.files,
-                         max_files=reply.max_files, block_size=reply.block_size)
+        s = self.master.statfs(self.master.resolve(normalize(path)).ino)
+        return DiskUsage(capacity=s.capacity, used=s.used, available=s.available, files=s.files,
+                         max_files=s.max_files, block_size=s.block_size)
 
     def set_quota(self, path: str, *, max_bytes: int = 0, max_inodes: int = 0) -> None:
         """Limits directory `path`'s subtree to `max_bytes` bytes and `max_inodes` names (0 = unlimited;
@@ -255,8 +251,8 @@ class FileSystem:
         return Quota(max_bytes=q.max_bytes, max_inodes=q.max_inodes, used_bytes=q.used_bytes,
                      used_inodes=q.used_inodes)
 
-    def set_policy(self, path: str, policy: cpb.Policy) -> pb.PolicyReply:
+    def set_policy(self, path: str, policy: Policy | cpb.Policy) -> PolicyAt:
         return self.master.set_policy(normalize(path), policy)
 
-    def get_policy(self, path: str) -> pb.PolicyReply:
+    def get_policy(self, path: str) -> PolicyAt:
         return self.master.get_policy(normalize(path))

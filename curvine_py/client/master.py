@@ -14,16 +14,33 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TypeAlias, TypeVar
+from typing import TypeAlias, TypeVar, overload
 
 import grpc
 from google.protobuf.message import Message
 
 from curvine_py.config import DEFAULT_MASTER_PORT, parse_master_list
+from curvine_py.core.cluster import ClusterReport, FsckReport, MembershipView, MountInfo, ScrubPage
+from curvine_py.core.domain import (
+    Attr,
+    DirEntry,
+    DirLease,
+    DirPage,
+    LeaseRenewal,
+    NewNode,
+    Policy,
+    PolicyAt,
+    QuotaInfo,
+    RenameResult,
+    StatFs,
+    UnlinkResult,
+)
 from curvine_py.core.errors import CurvineError, from_errno
+from curvine_py.core.posix import SetAttrChanges
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.master_pb2_grpc import MasterStub
+from curvine_py.rpc import convert
 from curvine_py.rpc.auth import call_metadata
 from curvine_py.rpc.channel import MasterChannel, master_channel
 from curvine_py.rpc.errors import from_rpc_error
@@ -77,9 +94,9 @@ class _MasterRpcs:
 
 
 class MasterClient:
-    """One typed method per Master RPC the client side uses. Requests and replies are protobuf
-    messages of master.proto; conversion to user-facing types is done by the callers (client.fs,
-    fuse)."""
+    """One typed method per Master RPC the client side uses: plain arguments or domain values in
+    (core/domain.py, core/cluster.py), domain values out; the requests are built and the replies
+    converted here (rpc/convert.py), so no caller sees protobuf."""
 
     def __init__(self, address: str, *, token: str = "", timeout_s: float = 5.0, tls: TlsFiles | None = None) -> None:
         # HOST:PORT, or the comma list of several masters (InvalidArgument for a bad one)
@@ -89,6 +106,8 @@ class MasterClient:
         self.session = uuid.uuid4().hex    # names this client to the master (directory leases)
         self._metadata = call_metadata(token, self.session)
         self.timeout_s = timeout_s
+        # transitional: the mount's protobuf-typed calls, until fuse/handles.py switches (issue 9)
+        self.pb = ProtobufCalls(self)
 
     @property
     def leader(self) -> str:
@@ -105,51 +124,61 @@ class MasterClient:
             raise from_rpc_error(exc) from None
 
     # -- namespace ---------------------------------------------------------------------------
-    def lookup(self, parent: int, name: str) -> cpb.Attr:
-        return self._call(self._rpc.lookup, pb.LookupRequest(parent=parent, name=name)).attr
+    def lookup(self, parent: int, name: str) -> Attr:
+        return convert.attr_from_pb(self._call(self._rpc.lookup, pb.LookupRequest(parent=parent, name=name)).attr)
 
-    def getattr(self, ino: int) -> cpb.Attr:
-        return self._call(self._rpc.get_attr, pb.InodeRequest(ino=ino)).attr
+    def getattr(self, ino: int) -> Attr:
+        return convert.attr_from_pb(self._call(self._rpc.get_attr, pb.InodeRequest(ino=ino)).attr)
 
-    def resolve(self, path: str, follow_symlinks: bool = True) -> cpb.Attr:
-        return self._call(self._rpc.resolve_path, pb.PathRequest(path=path, follow_symlinks=follow_symlinks)).attr
+    def resolve(self, path: str, follow_symlinks: bool = True) -> Attr:
+        request = pb.PathRequest(path=path, follow_symlinks=follow_symlinks)
+        return convert.attr_from_pb(self._call(self._rpc.resolve_path, request).attr)
 
-    def setattr(self, request: pb.SetAttrRequest) -> cpb.Attr:
-        return self._call(self._rpc.set_attr, request).attr
+    def setattr(self, ino: int, changes: SetAttrChanges) -> Attr:
+        return convert.attr_from_pb(self._call(self._rpc.set_attr, convert.setattr_pb(ino, changes)).attr)
 
-    def create(self, request: pb.CreateRequest) -> cpb.Attr:
-        return self._call(self._rpc.create, request).attr
+    @overload
+    def create(self, node: NewNode) -> Attr: ...
+    @overload
+    def create(self, node: pb.CreateRequest) -> cpb.Attr: ...   # transitional: bench/fuse.py, bench/meta.py
 
-    def create_many(self, requests: list[pb.CreateRequest]) -> list[cpb.Attr | CurvineError]:
+    def create(self, node: NewNode | pb.CreateRequest) -> Attr | cpb.Attr:
+        if isinstance(node, pb.CreateRequest):    # transitional: bench/ (not ours to edit) still sends protobuf
+            return self._call(self._rpc.create, node).attr
+        return convert.attr_from_pb(self._call(self._rpc.create, convert.new_node_pb(node)).attr)
+
+    def create_many(self, nodes: list[NewNode]) -> list[Attr | CurvineError]:
         """Several creates in one call; each item is the created inode's attributes or its error."""
-        reply = self._call(self._rpc.create_many, pb.CreateManyRequest(creates=requests))
-        return [from_errno(r.errno, r.error) if r.errno else r.attr for r in reply.results]
+        request = pb.CreateManyRequest(creates=[convert.new_node_pb(n) for n in nodes])
+        return [convert.create_result_from_pb(r) for r in self._call(self._rpc.create_many, request).results]
 
-    def link(self, ino: int, new_parent: int, new_name: str) -> cpb.Attr:
-        return self._call(self._rpc.link, pb.LinkRequest(ino=ino, new_parent=new_parent, new_name=new_name)).attr
+    def link(self, ino: int, new_parent: int, new_name: str) -> Attr:
+        request = pb.LinkRequest(ino=ino, new_parent=new_parent, new_name=new_name)
+        return convert.attr_from_pb(self._call(self._rpc.link, request).attr)
 
-    def unlink(self, parent: int, name: str, *, directory: bool = False,
-               keep_orphan: bool = False) -> pb.UnlinkReply:
-        return self._call(self._rpc.unlink, pb.UnlinkRequest(parent=parent, name=name, directory=directory,
-                                                    keep_orphan=keep_orphan))
+    def unlink(self, parent: int, name: str, *, directory: bool = False, keep_orphan: bool = False) -> UnlinkResult:
+        request = pb.UnlinkRequest(parent=parent, name=name, directory=directory, keep_orphan=keep_orphan)
+        return convert.unlink_from_pb(self._call(self._rpc.unlink, request))
 
     def rename(self, parent: int, name: str, new_parent: int, new_name: str,
-               flags: int = 0, *, keep_orphan: bool = False) -> pb.RenameReply:
-        return self._call(self._rpc.rename, pb.RenameRequest(parent=parent, name=name, new_parent=new_parent,
-                                                    new_name=new_name, flags=flags, keep_orphan=keep_orphan))
+               flags: int = 0, *, keep_orphan: bool = False) -> RenameResult:
+        request = pb.RenameRequest(parent=parent, name=name, new_parent=new_parent, new_name=new_name, flags=flags,
+                                   keep_orphan=keep_orphan)
+        return convert.rename_from_pb(self._call(self._rpc.rename, request))
 
-    def readdir(self, ino: int, after_name: str = "", limit: int = 1000) -> pb.ReadDirReply:
-        return self._call(self._rpc.read_dir, pb.ReadDirRequest(ino=ino, after_name=after_name, limit=limit))
+    def readdir(self, ino: int, after_name: str = "", limit: int = 1000) -> DirPage:
+        request = pb.ReadDirRequest(ino=ino, after_name=after_name, limit=limit)
+        return convert.dir_page_from_pb(self._call(self._rpc.read_dir, request))
 
-    def readdir_all(self, ino: int) -> list[pb.DirEntry]:
-        entries: list[pb.DirEntry] = []
+    def readdir_all(self, ino: int) -> list[DirEntry]:
+        entries: list[DirEntry] = []
         after = ""
         while True:
-            reply = self.readdir(ino, after)
-            entries.extend(reply.entries)
-            if not reply.more or not reply.entries:
+            page = self.readdir(ino, after)
+            entries.extend(page.entries)
+            if not page.more or not page.entries:
                 return entries
-            after = reply.entries[-1].name
+            after = page.entries[-1].name
 
     def readlink(self, ino: int) -> str:
         return str(self._call(self._rpc.read_link, pb.InodeRequest(ino=ino)).target)
@@ -166,25 +195,28 @@ class MasterClient:
     def removexattr(self, ino: int, name: str) -> None:
         self._call(self._rpc.remove_xattr, pb.XattrRequest(ino=ino, name=name))
 
-    def statfs(self, ino: int = 0) -> pb.StatFsReply:
+    def statfs(self, ino: int = 0) -> StatFs:
         """The cluster's space (ino 0), or as seen from directory `ino` (bounded by its nearest quota)."""
-        return self._call(self._rpc.stat_fs, pb.StatFsRequest(ino=ino))
+        return convert.statfs_from_pb(self._call(self._rpc.stat_fs, pb.StatFsRequest(ino=ino)))
 
     def release_orphan(self, ino: int) -> None:
         self._call(self._rpc.release_orphan, pb.InodeRequest(ino=ino))
 
     # -- directory leases (master/leases.py) ----------------------------------------------------
-    def acquire_dir_lease(self, ino: int) -> pb.DirLeaseReply:
-        return self._call(self._rpc.acquire_dir_lease, pb.InodeRequest(ino=ino))
+    def acquire_dir_lease(self, ino: int) -> DirLease:
+        return convert.dir_lease_from_pb(self._call(self._rpc.acquire_dir_lease, pb.InodeRequest(ino=ino)))
 
-    def renew_dir_leases(self, dirs: list[int], mount: pb.MountInfo | None = None) -> pb.DirLeasesReply:
+    def renew_dir_leases(self, dirs: list[int], mount: MountInfo | None = None) -> LeaseRenewal:
         """Also the session's heartbeat; a mount describes itself with `mount` (listed in Report)."""
-        return self._call(self._rpc.renew_dir_leases, pb.DirLeasesRequest(dirs=dirs, mount=mount))
+        request = pb.DirLeasesRequest(dirs=dirs, mount=convert.mount_pb(mount) if mount is not None else None)
+        return convert.renewal_from_pb(self._call(self._rpc.renew_dir_leases, request))
 
     def release_dir_leases(self, dirs: list[int]) -> None:
         self._call(self._rpc.release_dir_leases, pb.DirLeasesRequest(dirs=dirs))
 
     # -- file data ---------------------------------------------------------------------------
+    # transitional: the block path (client/blockio.py, readahead.py, fuse/dataplane.py, handles.py)
+    # keeps protobuf block maps until it switches to core.domain.FileBlocks (issue 9).
     def get_blocks(self, ino: int) -> pb.BlocksReply:
         return self._call(self._rpc.get_blocks, pb.InodeRequest(ino=ino))
 
@@ -201,34 +233,91 @@ class MasterClient:
         self._call(self._rpc.abandon_blocks, pb.AbandonBlocksRequest(ino=ino, block_ids=block_ids))
 
     # -- policy and cluster ------------------------------------------------------------------
-    def set_policy(self, path: str, policy: cpb.Policy) -> pb.PolicyReply:
-        return self._call(self._rpc.set_policy, pb.SetPolicyRequest(path=path, policy=policy))
+    def set_policy(self, path: str, policy: Policy | cpb.Policy) -> PolicyAt:
+        # transitional: bench/lmcache*.py and bench/soak.py (not ours to edit) still pass protobuf
+        message = policy if isinstance(policy, cpb.Policy) else convert.policy_pb(policy)
+        request = pb.SetPolicyRequest(path=path, policy=message)
+        return convert.policy_at_from_pb(self._call(self._rpc.set_policy, request))
 
-    def get_policy(self, path: str) -> pb.PolicyReply:
-        return self._call(self._rpc.get_policy, pb.PathRequest(path=path))
+    def get_policy(self, path: str) -> PolicyAt:
+        return convert.policy_at_from_pb(self._call(self._rpc.get_policy, pb.PathRequest(path=path)))
 
-    def set_quota(self, path: str, max_bytes: int, max_inodes: int) -> pb.Quota:
-        return self._call(self._rpc.set_quota, pb.SetQuotaRequest(path=path, max_bytes=max_bytes, max_inodes=max_inodes))
+    def set_quota(self, path: str, max_bytes: int, max_inodes: int) -> QuotaInfo:
+        request = pb.SetQuotaRequest(path=path, max_bytes=max_bytes, max_inodes=max_inodes)
+        return convert.quota_from_pb(self._call(self._rpc.set_quota, request))
 
-    def get_quota(self, path: str) -> pb.Quota:
-        return self._call(self._rpc.get_quota, pb.PathRequest(path=path))
+    def get_quota(self, path: str) -> QuotaInfo:
+        return convert.quota_from_pb(self._call(self._rpc.get_quota, pb.PathRequest(path=path)))
 
-    def membership(self) -> pb.Membership:
-        return self._call(self._rpc.get_membership, pb.Empty())
+    def membership(self) -> MembershipView:
+        return convert.membership_from_pb(self._call(self._rpc.get_membership, pb.Empty()))
 
-    def report(self) -> pb.ClusterReport:
-        return self._call(self._rpc.report, pb.Empty())
+    def report(self) -> ClusterReport:
+        return convert.report_from_pb(self._call(self._rpc.report, pb.Empty()))
 
     def fsck(self, *, rescan: bool = False, repair: bool = False, timeout_s: float | None = None,
-             delete_orphans: bool = False) -> pb.FsckReply:
+             delete_orphans: bool = False) -> FsckReport:
         """The master's consistency view (cli/fsck.py); `rescan` asks every live worker for its full
         inventory again (`delete_orphans`: unreferenced blocks found are deleted on them), `repair`
         runs one repair round before answering."""
-        return self._call(self._rpc.fsck, pb.FsckRequest(rescan=rescan, repair=repair, delete_orphans=delete_orphans),
-                          timeout_s=timeout_s)
+        request = pb.FsckRequest(rescan=rescan, repair=repair, delete_orphans=delete_orphans)
+        return convert.fsck_from_pb(self._call(self._rpc.fsck, request, timeout_s=timeout_s))
 
-    def scrub_page(self, after: int, rate: int, timeout_s: float | None = None) -> pb.ScrubPage:
+    def scrub_page(self, after: int, rate: int, timeout_s: float | None = None) -> ScrubPage:
         """fsck --scrub: the recorded copies of the blocks after `after` verified on their workers
         at `rate` bytes/s (master/scrub.py); loop with `next_after` until `done`."""
         request = pb.FsckRequest(scrub=True, scrub_after=after, scrub_rate=rate)
-        return self._call(self._rpc.fsck, request, timeout_s=timeout_s).scrub
+        return convert.scrub_page_from_pb(self._call(self._rpc.fsck, request, timeout_s=timeout_s).scrub)
+
+
+class ProtobufCalls:
+    """transitional (issue 9): the protobuf-typed namespace calls the mount (fuse/) and the open
+    file's setattr (client/files.py) make until fuse/handles.py and the block path switch to the
+    domain types; removed with them. Same RPCs, same errors as MasterClient's."""
+
+    def __init__(self, master: MasterClient) -> None:
+        self._master = master
+        self._call = master._call
+        self._rpc = master._rpc
+        self.session = master.session
+        self.readlink, self.release_orphan = master.readlink, master.release_orphan
+        self.getxattr, self.setxattr = master.getxattr, master.setxattr
+        self.listxattr, self.removexattr = master.listxattr, master.removexattr
+        self.release_dir_leases = master.release_dir_leases
+        self.acquire_dir_lease, self.renew_dir_leases = master.acquire_dir_lease, master.renew_dir_leases
+        self.statfs = master.statfs
+
+    def lookup(self, parent: int, name: str) -> cpb.Attr:
+        return self._call(self._rpc.lookup, pb.LookupRequest(parent=parent, name=name)).attr
+
+    def getattr(self, ino: int) -> cpb.Attr:
+        return self._call(self._rpc.get_attr, pb.InodeRequest(ino=ino)).attr
+
+    def resolve(self, path: str, follow_symlinks: bool = True) -> cpb.Attr:
+        return self._call(self._rpc.resolve_path, pb.PathRequest(path=path, follow_symlinks=follow_symlinks)).attr
+
+    def setattr(self, request: pb.SetAttrRequest) -> cpb.Attr:
+        return self._call(self._rpc.set_attr, request).attr
+
+    def create(self, request: pb.CreateRequest) -> cpb.Attr:
+        return self._call(self._rpc.create, request).attr
+
+    def create_many(self, requests: list[pb.CreateRequest]) -> list[cpb.Attr | CurvineError]:
+        reply = self._call(self._rpc.create_many, pb.CreateManyRequest(creates=requests))
+        return [from_errno(r.errno, r.error) if r.errno else r.attr for r in reply.results]
+
+    def link(self, ino: int, new_parent: int, new_name: str) -> cpb.Attr:
+        return self._call(self._rpc.link, pb.LinkRequest(ino=ino, new_parent=new_parent, new_name=new_name)).attr
+
+    def unlink(self, parent: int, name: str, *, directory: bool = False,
+               keep_orphan: bool = False) -> pb.UnlinkReply:
+        return self._call(self._rpc.unlink, pb.UnlinkRequest(parent=parent, name=name, directory=directory,
+                                                             keep_orphan=keep_orphan))
+
+    def rename(self, parent: int, name: str, new_parent: int, new_name: str,
+               flags: int = 0, *, keep_orphan: bool = False) -> pb.RenameReply:
+        return self._call(self._rpc.rename, pb.RenameRequest(parent=parent, name=name, new_parent=new_parent,
+                                                             new_name=new_name, flags=flags, keep_orphan=keep_orphan))
+
+    def readdir(self, ino: int, after_name: str = "", limit: int = 1000) -> pb.ReadDirReply:
+        return self._call(self._rpc.read_dir, pb.ReadDirRequest(ino=ino, after_name=after_name, limit=limit))

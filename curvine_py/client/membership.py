@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from curvine_py.core.cluster import MembershipView
 from curvine_py.core.errors import CurvineError, Unavailable
 from curvine_py.core.hashing import Node, Rendezvous
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def weight_of(capacity: int) -> float:
     return max(1.0, capacity / GiB)
 
 
-def build_view(reply: pb.Membership) -> View:
+def build_view(reply: MembershipView) -> View:
     workers = {
         w.worker_id: WorkerAddress(w.worker_id, w.host, w.port, w.node, w.unix_socket, w.capacity)
         for w in reply.workers if w.live
@@ -53,7 +53,7 @@ def build_view(reply: pb.Membership) -> View:
 
 
 class MembershipCache:
-    def __init__(self, fetch: Callable[[], pb.Membership], refresh_s: float = 2.0,
+    def __init__(self, fetch: Callable[[], MembershipView], refresh_s: float = 2.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._fetch = fetch
         self._refresh_s = refresh_s

@@ -1,23 +1,9 @@
 """User-facing values of the client library (protobuf stays inside the client and the servers)."""
 from __future__ import annotations
 
-import stat as stat_module
 from dataclasses import dataclass
 
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-
-_S_IFMT = {
-    cpb.REGULAR: stat_module.S_IFREG, cpb.DIRECTORY: stat_module.S_IFDIR, cpb.SYMLINK: stat_module.S_IFLNK,
-    cpb.FIFO: stat_module.S_IFIFO, cpb.CHARDEV: stat_module.S_IFCHR, cpb.BLOCKDEV: stat_module.S_IFBLK,
-    cpb.SOCKET: stat_module.S_IFSOCK,
-}
-_TYPE_NAMES = {cpb.REGULAR: "file", cpb.DIRECTORY: "dir", cpb.SYMLINK: "symlink", cpb.FIFO: "fifo",
-               cpb.CHARDEV: "chardev", cpb.BLOCKDEV: "blockdev", cpb.SOCKET: "socket"}
-
-
-def st_mode(attr: cpb.Attr) -> int:
-    """POSIX st_mode (file type bits + permission bits) of an Attr."""
-    return _S_IFMT.get(attr.type, 0) | (attr.mode & 0o7777)
+from curvine_py.core.domain import TYPE_NAMES, Attr
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +25,8 @@ class FileStatus:
         return self.kind == "dir"
 
     @classmethod
-    def of(cls, path: str, attr: cpb.Attr) -> FileStatus:
-        return cls(path, attr.ino, _TYPE_NAMES.get(attr.type, "unknown"), st_mode(attr), attr.uid, attr.gid,
+    def of(cls, path: str, attr: Attr) -> FileStatus:
+        return cls(path, attr.ino, TYPE_NAMES.get(attr.type, "unknown"), attr.st_mode, attr.uid, attr.gid,
                    attr.size, attr.nlink, attr.mtime_ns, attr.ctime_ns, attr.atime_ns)
 
 

@@ -14,9 +14,9 @@ import posixpath
 from dataclasses import dataclass
 
 from curvine_py.client import CurvineClient
+from curvine_py.core.domain import FileType
 from curvine_py.core.errors import AlreadyExists, NoData, NotFound
 from curvine_py.csi.volumes import RECORD_XATTR, VolumeRecord, is_volume_id
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class Catalog:
             attr = self.client.master.resolve(path)
         except NotFound:
             return None
-        if attr.type != cpb.DIRECTORY:
+        if attr.type != FileType.DIRECTORY:
             return None
         try:
             return VolumeRecord.decode(self.client.master.getxattr(attr.ino, RECORD_XATTR))
@@ -74,7 +74,7 @@ class Catalog:
             attr = self.client.master.resolve(self._entry_path(volume_id), follow_symlinks=False)
         except NotFound:
             return None
-        if attr.type != cpb.SYMLINK:
+        if attr.type != FileType.SYMLINK:
             return None
         return self.client.master.readlink(attr.ino)
 
@@ -111,7 +111,7 @@ class Catalog:
         while True:
             reply = self.client.master.readdir(index.ino, after_name=cursor, limit=500)
             for entry in sorted(reply.entries, key=lambda e: e.name):
-                if not is_volume_id(entry.name) or entry.name <= after or entry.attr.type != cpb.SYMLINK:
+                if not is_volume_id(entry.name) or entry.name <= after or entry.attr.type != FileType.SYMLINK:
                     continue
                 if limit and len(found) == limit:
                     return found, True

@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 
+from curvine_py.core.domain import Policy, StorageClass
 from curvine_py.core.errors import NotFound
 from curvine_py.csi import volumes
 from curvine_py.csi.catalog import Catalog
@@ -20,7 +21,6 @@ from curvine_py.csi.quota import enforce_capacity, space_under
 from curvine_py.csi.volumes import Parameters, VolumeRecord
 from curvine_py.proto.csi.v1 import csi_pb2 as csi
 from curvine_py.proto.csi.v1 import csi_pb2_grpc
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ RPC = csi.ControllerServiceCapability.RPC
 # Exactly what this service implements (ControllerPublish, snapshots, clones: not offered).
 CAPABILITIES = (RPC.CREATE_DELETE_VOLUME, RPC.LIST_VOLUMES, RPC.GET_CAPACITY, RPC.EXPAND_VOLUME)
 _TOKEN_PREFIX = "after:"
-_STORAGE_CLASS = {"cache": cpb.CACHE, "durable": cpb.DURABLE}
+_STORAGE_CLASS = {"cache": StorageClass.CACHE, "durable": StorageClass.DURABLE}
 
 
 def page_token(volume_id: str) -> str:
@@ -101,8 +101,8 @@ class Controller(csi_pb2_grpc.ControllerServicer):
                            f"capacity {capacity} exceeds the {space.capacity} bytes {base_path} can hold")
 
     def _apply_policy(self, record: VolumeRecord) -> None:
-        policy = cpb.Policy(storage_class=_STORAGE_CLASS[record.storage_class], replicas=record.replicas,
-                            ttl_ms=record.ttl_ms)
+        policy = Policy(storage_class=_STORAGE_CLASS[record.storage_class], replicas=record.replicas,
+                        ttl_ms=record.ttl_ms)
         self.client.fs.set_policy(record.path, policy)
 
     @csi_method

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pyfuse3
 
-from curvine_py.client.types import st_mode
+from curvine_py.core.domain import S_IFMT_OF
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 FUSE_ROOT = int(pyfuse3.ROOT_INODE)
@@ -35,6 +35,12 @@ class Timeouts:
     attr: float
     entry: float
     negative: float
+
+
+def st_mode(attr: cpb.Attr) -> int:
+    """POSIX st_mode (file type bits + permission bits) of a protobuf Attr. transitional: the
+    mount's attributes are protobuf until fuse/handles.py switches (issue 9); then Attr.st_mode."""
+    return int(S_IFMT_OF.get(attr.type, 0)) | (attr.mode & 0o7777)  # type: ignore[call-overload]
 
 
 def entry_attributes(attr: cpb.Attr, inodes: InodeMap, timeouts: Timeouts, *,

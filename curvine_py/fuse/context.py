@@ -59,7 +59,7 @@ class MountContext:
                  read_only: bool = False, attr_ttl: float = 0.0, names_ttl: float = 0.0,
                  dir_leases: bool = True, cache_versions: bool = True) -> None:
         self.client = client
-        self.master = client.master
+        self.master = client.master.pb     # transitional: protobuf-typed until handles.py switches (issue 9)
         self.offload = offload
         self.root = root
         self.node = node

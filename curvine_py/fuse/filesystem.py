@@ -8,6 +8,7 @@ pyfuse3 side) calls the parts directly; this class only wires them and answers s
 from __future__ import annotations
 
 from curvine_py.client import CurvineClient
+from curvine_py.core.domain import StatFs
 from curvine_py.fuse.atime import AtimeUpdates
 from curvine_py.fuse.context import MountContext
 from curvine_py.fuse.dataplane import TrioBlockReader
@@ -19,7 +20,6 @@ from curvine_py.fuse.session import SessionTask
 from curvine_py.fuse.setattrs import AttrSetter
 from curvine_py.fuse.xattrs import Xattrs
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 
 class Filesystem:
@@ -46,7 +46,7 @@ class Filesystem:
     def overlay(self, attr: cpb.Attr) -> tuple[int | None, int | None]:
         return self.ctx.overlay(attr)
 
-    async def statfs(self) -> pb.StatFsReply:
+    async def statfs(self) -> StatFs:
         # As seen from the mount's root: a --subdir mount of a quota'd directory shows its quota.
-        reply: pb.StatFsReply = await self.ctx.call(self.ctx.master.statfs, self.root)
+        reply: StatFs = await self.ctx.call(self.ctx.master.statfs, self.root)
         return reply

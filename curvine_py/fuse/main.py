@@ -19,6 +19,8 @@ import trio
 
 from curvine_py.client import CurvineClient
 from curvine_py.config import ClientConfig, load
+from curvine_py.core.cluster import MountInfo
+from curvine_py.core.domain import FileType
 from curvine_py.core.errors import CurvineError, NotADirectory, errno_name
 from curvine_py.fuse import mountpoint
 from curvine_py.fuse.attrs import Timeouts
@@ -29,8 +31,6 @@ from curvine_py.fuse.operations import Operations
 from curvine_py.fuse.options import MountOptions, parse
 from curvine_py.observe.logs import setup_logging
 from curvine_py.observe.roles import mount_metrics, ready_field, start_exporter
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def client_for(options: MountOptions) -> CurvineClient:
 
 def resolve_root(client: CurvineClient, subdir: str) -> int:
     attr = client.master.resolve(subdir)
-    if attr.type != cpb.DIRECTORY:
+    if attr.type != FileType.DIRECTORY:
         raise NotADirectory(f"--subdir {subdir} is not a directory")
     return int(attr.ino)
 
@@ -78,8 +78,8 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
         metrics_port = start_exporter(exporters, options.metrics_host, options.metrics_port, metrics.registry)
         fields = ready_field("metrics", options.metrics_host, metrics_port)
         # told to the master with every session heartbeat: `report` lists where to scrape this mount
-        fs.session.mount_info = pb.MountInfo(node=client.node, mountpoint=options.mountpoint,
-                                             metrics_port=metrics_port)
+        fs.session.mount_info = MountInfo(node=client.node, mountpoint=options.mountpoint,
+                                          metrics_port=metrics_port)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal)
             nursery.start_soon(_announce, options, fields)

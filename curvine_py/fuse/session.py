@@ -14,9 +14,10 @@ from typing import TypeVar
 
 import trio
 
+from curvine_py.core.cluster import MountInfo
+from curvine_py.core.domain import DirLease, LeaseRenewal
 from curvine_py.core.errors import CurvineError
 from curvine_py.fuse.context import MountContext
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +35,14 @@ class SessionTask:
         self._scope: trio.CancelScope | None = None
         self._stopped = False
         # Sent with every renewal so the master's report lists this mount (set by fuse/main.py).
-        self.mount_info: pb.MountInfo | None = None
+        self.mount_info: MountInfo | None = None
 
     # -- directory leases (fuse/leases.py) -----------------------------------------------------
     async def acquire_lease(self, directory: int) -> None:
         leases = self.ctx.leases
         sent_at = leases.clock()
         try:
-            reply: pb.DirLeaseReply = await self.ctx.call(self.ctx.master.acquire_dir_lease, directory)
+            reply: DirLease = await self.ctx.call(self.ctx.master.acquire_dir_lease, directory)
         except CurvineError as exc:
             log.debug("directory lease on %d: %s", directory, exc)
             leases.refused(directory)
@@ -96,8 +97,8 @@ class SessionTask:
             if not directories and sent_at - last_heartbeat < self._heartbeat_s:
                 continue
             try:
-                reply: pb.DirLeasesReply = await self.ctx.call(self.ctx.master.renew_dir_leases, directories,
-                                                               self.mount_info)
+                reply: LeaseRenewal = await self.ctx.call(self.ctx.master.renew_dir_leases, directories,
+                                                             self.mount_info)
             except CurvineError as exc:    # unused leases run out by themselves
                 log.debug("renewal of directory leases: %s", exc)
                 continue

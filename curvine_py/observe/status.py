@@ -22,13 +22,12 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from curvine_py.client.master import MasterClient
+from curvine_py.core.domain import FileType, PolicyAt
 from curvine_py.core.errors import CurvineError, NotFound
 from curvine_py.core.posix import ROOT_INO
 from curvine_py.observe.httpserve import HttpService, serve
 from curvine_py.observe.statuspage import DEFAULT_REFRESH_S, render
 from curvine_py.observe.statusview import StatusView, status_view, unavailable_view
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as mpb
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +36,12 @@ MAX_POLICY_DIRS = 64    # top-level directories asked for their policy per page 
 StatusSource = Callable[[], StatusView]
 
 
-def read_policies(master: MasterClient, limit: int = MAX_POLICY_DIRS) -> list[mpb.PolicyReply]:
+def read_policies(master: MasterClient, limit: int = MAX_POLICY_DIRS) -> list[PolicyAt]:
     """The root's policy and those of the top-level directories that define their own (a directory
     that inherits is not listed: its policy is its parent's row)."""
     replies = [master.get_policy("/")]
     directories = [e.name for e in master.readdir(ROOT_INO, limit=limit).entries
-                   if e.attr.type == cpb.DIRECTORY]
+                   if e.attr.type == FileType.DIRECTORY]
     for name in directories:
         try:
             reply = master.get_policy("/" + name)

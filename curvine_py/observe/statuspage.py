@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import html
 
-from curvine_py.observe.statusview import PolicyView, QuotaView, StatusView, WorkerView
+from curvine_py.core.domain import QuotaInfo
+from curvine_py.observe.statusview import PolicyView, StatusView, WorkerView
 
 DEFAULT_REFRESH_S = 2
 
@@ -110,7 +111,7 @@ def _policy_row(p: PolicyView) -> str:
             f'<td>{e(p.placement)}</td><td>{"lz4" if p.compress else "off"}</td></tr>')
 
 
-def _quota_row(q: QuotaView) -> str:
+def _quota_row(q: QuotaInfo) -> str:
     e = html.escape
     return (f'<tr data-path="{e(q.path)}"><td class="path">{e(q.path)}</td>'
             f'<td class="bytes">{_limit(q.used_bytes, q.max_bytes, as_bytes=True)}</td>'

@@ -1,5 +1,6 @@
 """The status page's view model: frozen values built from the master's `ClusterReport` (and the
-policies of the top-level directories), so the page renders plain data and never touches protobuf.
+policies of the top-level directories), core's domain values (core/cluster.py, core/domain.py)
+where the page shows them as they are (quotas), a view where it derives something (health, names).
 
 Health of a worker, in the order it is decided:
 - `lost`: the master dropped it from the live set (its lease expired, or it left);
@@ -9,29 +10,21 @@ Health of a worker, in the order it is decided:
   writes get ENOSPC);
 - `healthy` otherwise.
 
-Hit counts are optional: the report carries them only when the workers send them (a `hits` and a
-`misses` field in `WorkerInfo`); until then the page says the hit rate is not reported rather than
+Hit counts: a worker that has served no lookup yet has no hit rate; the page says so rather than
 showing a number it does not have. Quotas are the report's own list (every directory quota).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Literal
 
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as mpb
+from curvine_py.core.cluster import ClusterReport, WorkerInfo
+from curvine_py.core.domain import PolicyAt, QuotaInfo, StorageClass
 
 Health = Literal["healthy", "late", "full", "lost"]
 LATE_AFTER_MS = 10_000
 FULL_RATIO = 0.95
-
-
-def _optional_uint(message: Any, field: str) -> int | None:
-    """`message.field` if this build of the protocol has that field, else None."""
-    if field in message.DESCRIPTOR.fields_by_name:
-        return int(getattr(message, field))
-    return None
 
 
 def hit_rate(hits: int | None, misses: int | None) -> float | None:
@@ -76,17 +69,6 @@ class PolicyView:
 
 
 @dataclass(frozen=True, slots=True)
-class QuotaView:
-    """A directory quota: limits 0 = unlimited; usage over the subtree."""
-
-    path: str
-    max_bytes: int
-    max_inodes: int
-    used_bytes: int
-    used_inodes: int
-
-
-@dataclass(frozen=True, slots=True)
 class StatusView:
     cluster_id: str
     epoch: int
@@ -99,7 +81,7 @@ class StatusView:
     blocks: int
     dir_leases: int
     policies: tuple[PolicyView, ...] = ()
-    quotas: tuple[QuotaView, ...] = ()
+    quotas: tuple[QuotaInfo, ...] = ()
     master: str = ""
     error: str = ""            # set when the last report could not be read (the page says so)
 
@@ -140,20 +122,20 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def worker_view(info: mpb.WorkerInfo, now_ms: int) -> WorkerView:
+def worker_view(info: WorkerInfo, now_ms: int) -> WorkerView:
     age = max(0, now_ms - info.last_heartbeat_ms) if info.last_heartbeat_ms else None
     return WorkerView(
         worker_id=info.worker_id, node=info.node, address=_address(info.host, info.port),
         lm_port=info.lm_port, capacity=info.capacity, used=info.used, objects=info.objects,
         blocks=info.blocks, evictions=info.evictions, heartbeat_age_ms=age,
         health=worker_health(info.live, age, info.capacity, info.used),
-        hits=_optional_uint(info, "hits"), misses=_optional_uint(info, "misses"))
+        hits=info.hits, misses=info.misses)
 
 
-_CLASS_NAMES = {cpb.CACHE: "cache", cpb.DURABLE: "durable"}
+_CLASS_NAMES = {StorageClass.CACHE: "cache", StorageClass.DURABLE: "durable"}
 
 
-def policy_view(reply: mpb.PolicyReply) -> PolicyView:
+def policy_view(reply: PolicyAt) -> PolicyView:
     policy = reply.policy
     return PolicyView(
         path=reply.path or "/", storage_class=_CLASS_NAMES.get(policy.storage_class, "inherit"),
@@ -161,12 +143,12 @@ def policy_view(reply: mpb.PolicyReply) -> PolicyView:
         compress=policy.compress)
 
 
-def quota_view(quota: mpb.Quota) -> QuotaView:
-    return QuotaView(path=quota.path or "/", max_bytes=quota.max_bytes, max_inodes=quota.max_inodes,
-                     used_bytes=quota.used_bytes, used_inodes=quota.used_inodes)
+def quota_view(quota: QuotaInfo) -> QuotaInfo:
+    """The root's quota is reported with an empty path: shown as "/"."""
+    return quota if quota.path else replace(quota, path="/")
 
 
-def status_view(report: mpb.ClusterReport, *, now_ms: int, policies: Sequence[mpb.PolicyReply] = (),
+def status_view(report: ClusterReport, *, now_ms: int, policies: Sequence[PolicyAt] = (),
                 master: str = "") -> StatusView:
     """The view of one report; workers sorted lost first (what an operator looks for), then by node."""
     workers = sorted((worker_view(w, now_ms) for w in report.workers),

@@ -11,6 +11,10 @@ FileType.UNSPECIFIED, which the mount shows without type bits, as before.
 """
 from __future__ import annotations
 
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+
 from curvine_py.core.cluster import (
     ClusterReport,
     CorruptCopy,
@@ -331,6 +335,12 @@ def report_from_pb(r: mpb.ClusterReport) -> ClusterReport:
                          status_port=r.status_port, mounts=tuple(mount_from_pb(m) for m in r.mounts))
 
 
+def report_as_dict(r: ClusterReport) -> dict[str, Any]:
+    """The report in protobuf's JSON mapping, every field present (`report --json`: a public
+    format, so it stays the wire message's, camelCase names and 64-bit numbers as strings)."""
+    return MessageToDict(report_pb(r), always_print_fields_with_no_presence=True)
+
+
 def inventory_pb(i: Inventory) -> mpb.WorkerInventory:
     return mpb.WorkerInventory(worker_id=i.worker_id, reported=i.reported, missing=i.missing, orphans=i.orphans,
                                orphans_deleted=i.orphans_deleted)
@@ -353,6 +363,15 @@ def fsck_from_pb(r: mpb.FsckReply) -> FsckReport:
                       inventories=tuple(inventory_from_pb(i) for i in r.inventories), pending=tuple(r.pending),
                       copied=r.copied, failed=r.failed, dropped=r.dropped, unplaceable=r.unplaceable,
                       throttled=r.throttled, errors=tuple(r.errors))
+
+
+def fsck_as_dict(f: FsckReport) -> dict[str, Any]:
+    """fsck's findings in protobuf's JSON mapping (`fsck --json`: a public format)."""
+    return MessageToDict(fsck_reply(f), always_print_fields_with_no_presence=True)
+
+
+def inventory_as_dict(i: Inventory) -> dict[str, Any]:
+    return MessageToDict(inventory_pb(i), always_print_fields_with_no_presence=True)
 
 
 def _copy_pb(c: CorruptCopy) -> mpb.CorruptCopy:

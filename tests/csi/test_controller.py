@@ -8,9 +8,9 @@ import stat
 import grpc
 import pytest
 
+from curvine_py.core.domain import StorageClass
 from curvine_py.csi.volumes import RECORD_XATTR, volume_id
 from curvine_py.proto.csi.v1 import csi_pb2 as csi
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from tests.csi.plugin import Mode, Plugin, block_capability, capability, code_of
 from tests.harness import Cluster, wait_until
 
@@ -65,7 +65,7 @@ def test_create_makes_a_directory_with_policy_and_record(plugin: Plugin, cluster
     client = cluster.client()
     assert client.fs.stat("/volumes/pvc-durable").is_dir
     policy = client.fs.get_policy("/volumes/pvc-durable").policy
-    assert (policy.storage_class, policy.replicas, policy.ttl_ms) == (cpb.DURABLE, 1, 7_200_000)
+    assert (policy.storage_class, policy.replicas, policy.ttl_ms) == (StorageClass.DURABLE, 1, 7_200_000)
     attr = client.master.resolve("/volumes/pvc-durable")
     assert b'"name": "pvc-durable"' in client.master.getxattr(attr.ino, RECORD_XATTR)
 

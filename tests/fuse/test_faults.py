@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.core.domain import Policy
 from tests.fuse.mounts import Mount
 from tests.harness import Cluster, random_bytes, wait_until
 
@@ -114,7 +114,7 @@ def test_killed_worker_reads_come_from_a_replica_or_fail_within_deadline(rig: tu
     cluster, mount = rig
     client = cluster.client()
     (mount.path / "single").mkdir()
-    client.fs.set_policy("/single", cpb.Policy(replicas=1))
+    client.fs.set_policy("/single", Policy(replicas=1))
     replicated, single = random_bytes(3 * MiB, seed=1), random_bytes(3 * MiB, seed=2)
     (mount.path / "replicated.bin").write_bytes(replicated)
     (mount.path / "single" / "one.bin").write_bytes(single)

@@ -19,7 +19,7 @@ from collections import deque
 
 import pytest
 
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.core.domain import Policy
 from tests.fuse.mounts import Mount
 from tests.harness import Cluster
 
@@ -77,7 +77,7 @@ def test_fifty_thousand_random_operations_match_a_local_directory(tmp_path: path
             Mount(cluster.master_address, tmp_path / "mnt") as mount:
         client = cluster.client()
         (mount.path / "fsx").mkdir()
-        client.fs.set_policy("/fsx", cpb.Policy(block_size=BLOCK))
+        client.fs.set_policy("/fsx", Policy(block_size=BLOCK))
         pairs = [Pair(mount.path / "fsx" / f"f{i}", local / f"f{i}") for i in range(FILES)]
         history: deque[str] = deque(maxlen=40)
         started = time.monotonic()

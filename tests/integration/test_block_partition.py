@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from curvine_py.client import CurvineClient
+from curvine_py.core.domain import Policy, StorageClass
 from curvine_py.procs import RoleProcess
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from tests.harness import Cluster, random_bytes
 from tests.integration.test_client_partition import cut, lab_cluster, requires_netns
 from tests.netns import NetnsLab
@@ -32,7 +32,7 @@ def test_a_block_read_from_a_cut_worker_reads_the_other_replica_within_the_deadl
     cluster.wait_for_live_workers(2)
     writer = client(cluster)
     writer.fs.mkdir("/durable")
-    writer.fs.set_policy("/durable", cpb.Policy(storage_class=cpb.DURABLE, replicas=2, block_size=MiB))
+    writer.fs.set_policy("/durable", Policy(storage_class=StorageClass.DURABLE, replicas=2, block_size=MiB))
     data = random_bytes(3 * MiB + 5, seed=11)
     with writer.fs.open("/durable/f", "wb") as f:
         f.write(data)

@@ -13,8 +13,8 @@ import yaml
 
 from curvine_py.client import CurvineClient
 from curvine_py.core import lmproto
+from curvine_py.core.domain import StorageClass
 from curvine_py.procs import RoleProcess, curvine_command, start
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.transport.blocking import recv_exactly
 from tests.harness import random_bytes, wait_until
 from tests.integration.test_cli import cli
@@ -62,7 +62,7 @@ def test_up_serves_all_three_lmcache_ways_and_prints_their_settings(tmp_path: pa
         assert by_way["fs://"].endswith(f'remote_url: "{fs_url}"')
         (mountpoint / "lmcache" / "chunk.data").write_bytes(b"kv chunk")
         with CurvineClient(master) as client:
-            assert client.fs.get_policy("/lmcache").policy.storage_class == cpb.CACHE
+            assert client.fs.get_policy("/lmcache").policy.storage_class == StorageClass.CACHE
             assert client.fs.stat("/lmcache/chunk.data").size == len(b"kv chunk")
         # 2. lm:// on the worker, node-local: a real round trip in LMCache's protocol.
         lm_url = by_way["lm://"].split('"')[1]

@@ -9,7 +9,7 @@ import random
 import threading
 
 from curvine_py.client import CurvineClient
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.core.domain import Policy, StorageClass
 from tests.harness import Cluster, random_bytes
 
 MiB = 1 << 20
@@ -33,7 +33,7 @@ def test_kill_9_a_worker_during_reads_and_writes_loses_nothing(tmp_path: pathlib
     with Cluster(tmp_path, workers=3) as cluster:
         admin = cluster.client()
         admin.fs.mkdir("/durable")
-        admin.fs.set_policy("/durable", cpb.Policy(storage_class=cpb.DURABLE, replicas=2, block_size=MiB))
+        admin.fs.set_policy("/durable", Policy(storage_class=StorageClass.DURABLE, replicas=2, block_size=MiB))
         committed: dict[str, str] = {}        # path -> sha256 of what its writer was told is stored
         failed_writes: list[str] = []
         failed_reads: list[str] = []

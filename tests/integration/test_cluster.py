@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from curvine_py.core.domain import Policy, StorageClass
 from curvine_py.core.errors import InvalidArgument, NameTooLong, NotFound
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from tests.harness import Cluster, random_bytes, wait_until
 
 MiB = 1 << 20
@@ -170,10 +170,10 @@ def test_bad_keys_and_paths_are_refused(cluster1: Cluster) -> None:
 def test_policy_inheritance_and_cache_class_replicas(cluster3: Cluster) -> None:
     fs = cluster3.client().fs
     fs.mkdir("/l2cache")
-    fs.set_policy("/l2cache", cpb.Policy(storage_class=cpb.CACHE, ttl_ms=3_600_000))
+    fs.set_policy("/l2cache", Policy(storage_class=StorageClass.CACHE, ttl_ms=3_600_000))
     fs.mkdir("/l2cache/model-a")
     policy = fs.get_policy("/l2cache/model-a")
-    assert policy.policy.storage_class == cpb.CACHE and policy.path == "/l2cache"
+    assert policy.policy.storage_class == StorageClass.CACHE and policy.path == "/l2cache"
     with fs.open("/l2cache/model-a/chunk", "wb") as handle:
         handle.write(b"x" * 100)
     blocks = fs.master.get_blocks(fs.stat("/l2cache/model-a/chunk").ino).blocks

@@ -12,9 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from curvine_py.client.master import MasterClient
+from curvine_py.core.domain import FileType, NewNode
 from curvine_py.core.errors import NotFound
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from tests.harness import Cluster
 
 TERM_MS = 1000
@@ -33,11 +32,11 @@ def _sessions(cluster: Cluster) -> tuple[MasterClient, MasterClient]:
 
 
 def _mkdir(client: MasterClient, name: str) -> int:
-    return client.create(pb.CreateRequest(parent=1, name=name, type=cpb.DIRECTORY, mode=0o755)).ino
+    return client.create(NewNode(1, name, FileType.DIRECTORY, 0o755)).ino
 
 
-def _file(parent: int, name: str) -> pb.CreateRequest:
-    return pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=0o644)
+def _file(parent: int, name: str) -> NewNode:
+    return NewNode(parent, name, FileType.REGULAR, 0o644, exclusive=False)
 
 
 def test_a_create_waits_for_the_holder_to_give_the_lease_back(cluster: Cluster) -> None:
@@ -84,7 +83,7 @@ def test_rename_into_a_leased_directory_recalls_the_lease(cluster: Cluster) -> N
     assert b.acquire_dir_lease(directory).granted
     a.rename(1, "moving", directory, "moved")
     assert list(b.renew_dir_leases([directory]).kept) == [], "the name went in only once B's lease was gone"
-    assert b.lookup(directory, "moved").type == cpb.REGULAR
+    assert b.lookup(directory, "moved").type == FileType.REGULAR
 
 
 def test_directories_with_other_writers_or_no_session_are_not_leased(cluster: Cluster) -> None:

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from curvine_py.client import CurvineClient
+from curvine_py.core.domain import Policy
 from curvine_py.core.errors import CurvineError, NoSpace, NotFound
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from tests.harness import Cluster, random_bytes, small_disk_cluster
 from tests.integration.test_cli import cli
 
@@ -73,7 +73,7 @@ def test_worker_killed_mid_write_publishes_nothing(tmp_path: pathlib.Path) -> No
     with Cluster(tmp_path, workers=1) as cluster:
         client = cluster.client()
         client.fs.mkdir("/d")
-        client.fs.set_policy("/d", cpb.Policy(block_size=MiB))
+        client.fs.set_policy("/d", Policy(block_size=MiB))
         with client.fs.open("/d/f", "wb") as f:
             f.write(random_bytes(2 * MiB, seed=5))     # committed: 2 MiB
         before = client.fs.open("/d/f").read()
@@ -98,7 +98,7 @@ def test_worker_killed_mid_write_publishes_nothing(tmp_path: pathlib.Path) -> No
 def test_failed_get_leaves_no_partial_file(tmp_path: pathlib.Path) -> None:
     with Cluster(tmp_path, workers=1) as cluster:
         client = cluster.client()
-        client.fs.set_policy("/", cpb.Policy(block_size=MiB))
+        client.fs.set_policy("/", Policy(block_size=MiB))
         with client.fs.open("/f", "wb") as f:
             f.write(random_bytes(3 * MiB, seed=8))
         out = tmp_path / "out" / "copy.bin"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from curvine_py.client.files import CurvineFile
+from curvine_py.core.domain import Policy
 from curvine_py.core.errors import CurvineError
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
@@ -19,7 +20,7 @@ BLOCK = 64 * KiB
 def _new_file(cluster: Cluster, name: str) -> tuple[CurvineFile, object]:
     client = cluster.client()
     client.fs.mkdir("/small", parents=True)
-    client.fs.set_policy("/small", cpb.Policy(block_size=BLOCK))
+    client.fs.set_policy("/small", Policy(block_size=BLOCK))
     parent = client.fs.stat("/small").ino
     attr = client.master.create(pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=0o644))
     handle = CurvineFile(client.blocks, attr, node="test", writable=True, blocks=pb.BlocksReply(attr=attr))

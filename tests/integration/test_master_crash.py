@@ -33,8 +33,8 @@ from functools import partial
 import pytest
 
 from curvine_py.client import CurvineClient
+from curvine_py.core.domain import Policy, StorageClass
 from curvine_py.core.errors import CurvineError, Unavailable
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from tests.harness import Cluster, wait_until
 from tests.integration.test_cli import cli
 
@@ -112,7 +112,7 @@ def test_acknowledged_creates_and_writes_survive_kill_9_of_the_master(tmp_path: 
         cluster.wait_for_live_workers(3)
         admin = cluster.client()
         admin.fs.mkdir(STORM)
-        admin.fs.set_policy(STORM, cpb.Policy(storage_class=cpb.DURABLE, replicas=2, block_size=BLOCK))
+        admin.fs.set_policy(STORM, Policy(storage_class=StorageClass.DURABLE, replicas=2, block_size=BLOCK))
         clients = [cluster.client(node=f"storm-{i}", rpc_timeout_s=2.0) for i in range(THREADS)]
         ledger, stop = Ledger(), threading.Event()
         threads = [threading.Thread(target=storm, args=(c, ledger, i, stop), name=f"storm-{i}")
@@ -181,7 +181,7 @@ def test_workers_stay_in_the_view_and_reads_work_right_after_a_long_master_outag
         cluster.wait_for_live_workers(3)
         writer = cluster.client()
         writer.fs.mkdir(STORM)
-        writer.fs.set_policy(STORM, cpb.Policy(storage_class=cpb.DURABLE, replicas=2, block_size=BLOCK))
+        writer.fs.set_policy(STORM, Policy(storage_class=StorageClass.DURABLE, replicas=2, block_size=BLOCK))
         files = {f"{STORM}/f{i}": content(f"f{i}", SIZES[i % 3]) for i in range(12)}
         for path, data in files.items():
             with writer.fs.open(path, "xb") as f:

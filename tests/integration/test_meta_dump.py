@@ -12,10 +12,10 @@ import pty
 import subprocess
 import time
 
+from curvine_py.core.domain import Policy, StorageClass
 from curvine_py.master.namespace import Namespace
 from curvine_py.master.types import ROOT_INO, FileType
 from curvine_py.procs import curvine_command, start
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from tests.harness import FAST_TIMERS, Cluster, random_bytes, wait_until
 from tests.integration.test_cli import cli
 
@@ -28,7 +28,7 @@ def test_dump_load_and_serve_from_the_loaded_namespace(tmp_path: pathlib.Path) -
         client = cluster.client()
         fs = client.fs
         fs.mkdir("/durable")
-        fs.set_policy("/durable", cpb.Policy(storage_class=cpb.DURABLE, replicas=2, block_size=MiB))
+        fs.set_policy("/durable", Policy(storage_class=StorageClass.DURABLE, replicas=2, block_size=MiB))
         fs.set_quota("/durable", max_bytes=1 << 30, max_inodes=1000)
         files = {f"/durable/f{i}": random_bytes(MiB * (i % 3) + 777 * i, seed=i) for i in range(12)}
         for path, data in files.items():

@@ -7,8 +7,8 @@ import pathlib
 
 import pytest
 
+from curvine_py.core.domain import Policy
 from curvine_py.core.errors import NoSpace
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from tests.harness import Cluster, random_bytes, wait_until
 from tests.integration.test_failed_writes import small_disk  # noqa: F401 - the fixture
 
@@ -23,7 +23,7 @@ def test_rewrites_of_an_open_file_do_not_pile_up(tmp_path: pathlib.Path) -> None
     with Cluster(tmp_path, workers=1) as cluster:
         client = cluster.client()
         client.fs.mkdir("/d")
-        client.fs.set_policy("/d", cpb.Policy(block_size=MiB))
+        client.fs.set_policy("/d", Policy(block_size=MiB))
         with client.fs.open("/d/f", "wb") as f:
             for round_ in range(12):          # each full block is sent at once: a new block per round
                 f.seek(0)

@@ -10,8 +10,8 @@ import pathlib
 import pytest
 
 from curvine_py.client.types import Quota
+from curvine_py.core.domain import Policy, StorageClass
 from curvine_py.core.errors import QuotaExceeded
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from tests.harness import Cluster, random_bytes
 from tests.integration.test_cli import cli
 
@@ -23,7 +23,7 @@ def test_quota_enforced_through_the_library_and_kept_across_a_restart(tmp_path: 
         client = cluster.client()
         fs = client.fs
         fs.mkdir("/q")
-        fs.set_policy("/q", cpb.Policy(storage_class=cpb.DURABLE, block_size=MiB))
+        fs.set_policy("/q", Policy(storage_class=StorageClass.DURABLE, block_size=MiB))
         fs.set_quota("/q", max_bytes=3 * MiB, max_inodes=3)
         old = random_bytes(2 * MiB, seed=1)
         with fs.open("/q/a", "wb") as f:

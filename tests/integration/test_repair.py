@@ -11,7 +11,7 @@ import time
 
 from curvine_py.client import CurvineClient
 from curvine_py.core import layout
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.core.domain import Policy, StorageClass
 from tests.harness import Cluster, random_bytes
 from tests.integration.test_cli import cli
 
@@ -21,7 +21,7 @@ RESTORE_DEADLINE_S = 60.0
 
 def write_files(client: CurvineClient, count: int) -> dict[str, bytes]:
     client.fs.mkdir("/durable")
-    client.fs.set_policy("/durable", cpb.Policy(storage_class=cpb.DURABLE, replicas=2, block_size=MiB))
+    client.fs.set_policy("/durable", Policy(storage_class=StorageClass.DURABLE, replicas=2, block_size=MiB))
     files = {f"/durable/f{i}": random_bytes(2 * MiB + 1000 * i, seed=i) for i in range(count)}
     for path, data in files.items():
         with client.fs.open(path, "wb") as f:
@@ -103,7 +103,7 @@ def test_fsck_reports_lost_files_and_what_repair_cannot_fix(tmp_path: pathlib.Pa
     with Cluster(tmp_path, workers=2, master_args=["--repair-rate", "0"]) as cluster:
         client = cluster.client()
         client.fs.mkdir("/single")
-        client.fs.set_policy("/single", cpb.Policy(storage_class=cpb.DURABLE, replicas=1, block_size=MiB))
+        client.fs.set_policy("/single", Policy(storage_class=StorageClass.DURABLE, replicas=1, block_size=MiB))
         with client.fs.open("/single/only", "wb") as f:
             f.write(random_bytes(3 * MiB, seed=9))
         holders = {w for b in client.master.get_blocks(client.fs.stat("/single/only").ino).blocks

@@ -9,8 +9,8 @@ import urllib.request
 import pytest
 
 from curvine_py.client.master import MasterClient
+from curvine_py.core.cluster import MountInfo
 from curvine_py.core.errors import InvalidArgument
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from tests.fuse.mounts import Mount
 from tests.harness import Cluster, wait_until
 from tests.integration.test_cli import cli
@@ -67,14 +67,14 @@ def test_a_session_without_mount_info_is_not_listed_and_bad_info_is_refused(tmp_
 def _refused_and_listed(cluster: Cluster, client: MasterClient) -> None:
     client.renew_dir_leases([])                    # an older mount, or any client: a session only
     assert report_json(cluster)["mounts"] == []
-    for bad, what in ((pb.MountInfo(node="n", mountpoint="relative"), "absolute path"),
-                      (pb.MountInfo(node="", mountpoint="/m"), "node name"),
-                      (pb.MountInfo(node="n" * 256, mountpoint="/m"), "node name"),
-                      (pb.MountInfo(node="n", mountpoint="/" + "m" * 4096), "absolute path"),
-                      (pb.MountInfo(node="n", mountpoint="/m", metrics_port=65536), "out of range")):
+    for bad, what in ((MountInfo(node="n", mountpoint="relative"), "absolute path"),
+                      (MountInfo(node="", mountpoint="/m"), "node name"),
+                      (MountInfo(node="n" * 256, mountpoint="/m"), "node name"),
+                      (MountInfo(node="n", mountpoint="/" + "m" * 4096), "absolute path"),
+                      (MountInfo(node="n", mountpoint="/m", metrics_port=65536), "out of range")):
         with pytest.raises(InvalidArgument, match=what):
             client.renew_dir_leases([], bad)
     assert report_json(cluster)["mounts"] == [], "a refused description is not kept"
-    client.renew_dir_leases([], pb.MountInfo(node="n", mountpoint="/m", metrics_port=9100))
+    client.renew_dir_leases([], MountInfo(node="n", mountpoint="/m", metrics_port=9100))
     [listed] = report_json(cluster)["mounts"]
     assert (listed["node"], listed["mountpoint"], int(listed["metricsPort"])) == ("n", "/m", 9100)

@@ -13,9 +13,9 @@ import pytest
 
 from curvine_py.client import CurvineClient
 from curvine_py.core import frames
+from curvine_py.core.domain import Policy, StorageClass
 from curvine_py.core.errors import CurvineError
 from curvine_py.core.frames import Op
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 from tests.harness import Cluster, random_bytes
 from tests.integration.test_cli import cli
@@ -43,7 +43,7 @@ def test_a_tls_cluster_serves_its_clients_and_refuses_the_others(tmp_path: pathl
         client.kv.put("tls-key", value)
         assert client.kv.get("tls-key") == value
         client.fs.mkdir("/durable")
-        client.fs.set_policy("/durable", cpb.Policy(storage_class=cpb.DURABLE, replicas=2, block_size=MiB))
+        client.fs.set_policy("/durable", Policy(storage_class=StorageClass.DURABLE, replicas=2, block_size=MiB))
         data = random_bytes(3 * MiB + 17, seed=2)     # blocks past the inline size: no sendfile on TLS
         with client.fs.open("/durable/f", "wb") as f:
             f.write(data)

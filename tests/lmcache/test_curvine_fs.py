@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.core.domain import Policy, StorageClass
 from tests.fuse.mounts import Mount
 from tests.lmcache.curvine_lab import (
     CHUNK,
@@ -66,7 +66,7 @@ def fs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FsLab]:
         with curvine_lab(tmp_path_factory.mktemp("lmcache-fs")) as lab:
             client = lab.cluster.client()
             client.fs.mkdir(DIR)
-            client.fs.set_policy(DIR, cpb.Policy(storage_class=cpb.CACHE))
+            client.fs.set_policy(DIR, Policy(storage_class=StorageClass.CACHE))
             mounts = tuple(Mount(lab.cluster.master_address, where / f"node{i}", token=TOKEN,
                                  prefix=["nsenter", f"--net=/run/netns/{ns.name}"], args=["--node", f"host{i}"])
                            for i, ns in enumerate(lab.net))

@@ -7,30 +7,32 @@ import html.parser
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
+from curvine_py.core.cluster import ClusterReport, WorkerInfo
+from curvine_py.core.domain import Policy, PolicyAt, QuotaInfo, StorageClass
 from curvine_py.observe import statusview as sv
 from curvine_py.observe.status import StatusSource, serve_status
 from curvine_py.observe.statuspage import human_bytes, render
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as mpb
 
 NOW_MS = 1_800_000_000_000
 GiB = 1 << 30
 
 
 def worker(worker_id: str, node: str, *, live: bool = True, age_ms: int = 300, used: int = 0,
-           capacity: int = 10 * GiB, evictions: int = 0) -> mpb.WorkerInfo:
-    return mpb.WorkerInfo(worker_id=worker_id, node=node, host="10.0.0.1", port=9000, capacity=capacity,
-                          used=used, available=capacity - used, live=live, evictions=evictions,
-                          last_heartbeat_ms=NOW_MS - age_ms, objects=3, blocks=4)
+           capacity: int = 10 * GiB, evictions: int = 0) -> WorkerInfo:
+    return WorkerInfo(worker_id=worker_id, node=node, host="10.0.0.1", port=9000, capacity=capacity,
+                      used=used, available=capacity - used, live=live, evictions=evictions,
+                      last_heartbeat_ms=NOW_MS - age_ms, objects=3, blocks=4)
 
 
-def report(*workers: mpb.WorkerInfo) -> mpb.ClusterReport:
-    return mpb.ClusterReport(cluster_id="c1", epoch=5, workers=workers,
-                             capacity=sum(w.capacity for w in workers if w.live),
-                             used=sum(w.used for w in workers if w.live), files=7, directories=2)
+def report(*workers: WorkerInfo) -> ClusterReport:
+    return ClusterReport(cluster_id="c1", epoch=5, workers=workers,
+                         capacity=sum(w.capacity for w in workers if w.live),
+                         used=sum(w.used for w in workers if w.live), available=0, files=7, directories=2,
+                         blocks=0)
 
 
 def test_health_is_lost_then_late_then_full_then_healthy() -> None:
@@ -70,9 +72,9 @@ def test_hit_rate_when_counts_exist() -> None:
 
 
 def test_quotas_from_the_report() -> None:
-    r = report(worker("w1", "n1"))
-    r.quotas.add(path="/tenant-b", max_bytes=GiB, used_bytes=GiB // 4, max_inodes=0, used_inodes=12)
-    r.quotas.add(path="/tenant-a", max_bytes=0, max_inodes=100, used_bytes=5, used_inodes=99)
+    r = replace(report(worker("w1", "n1")), quotas=(
+        QuotaInfo(ino=5, path="/tenant-b", max_bytes=GiB, used_bytes=GiB // 4, max_inodes=0, used_inodes=12),
+        QuotaInfo(ino=6, path="/tenant-a", max_bytes=0, max_inodes=100, used_bytes=5, used_inodes=99)))
     view = sv.status_view(r, now_ms=NOW_MS)
     assert [q.path for q in view.quotas] == ["/tenant-a", "/tenant-b"]
     page = render(view)
@@ -86,9 +88,9 @@ def test_quotas_from_the_report() -> None:
 
 
 def test_policy_view() -> None:
-    p = sv.policy_view(mpb.PolicyReply(path="/kv", policy=cpb.Policy(storage_class=cpb.CACHE, ttl_ms=5000)))
+    p = sv.policy_view(PolicyAt(Policy(storage_class=StorageClass.CACHE, ttl_ms=5000), "/kv"))
     assert (p.path, p.storage_class, p.ttl_ms, p.placement, p.replicas) == ("/kv", "cache", 5000, "hash", 0)
-    root = sv.policy_view(mpb.PolicyReply(policy=cpb.Policy(storage_class=cpb.DURABLE, placement="local")))
+    root = sv.policy_view(PolicyAt(Policy(storage_class=StorageClass.DURABLE, placement="local"), ""))
     assert (root.path, root.storage_class, root.placement) == ("/", "durable", "local")
 
 
@@ -114,7 +116,7 @@ def parse(page: str) -> _Page:
 def test_page_escapes_user_input_and_loads_nothing() -> None:
     hostile = '<script>alert(1)</script>"'
     view = sv.status_view(report(worker("w1", hostile)), now_ms=NOW_MS,
-                          policies=[mpb.PolicyReply(path="/a<b>", policy=cpb.Policy(storage_class=cpb.CACHE))])
+                          policies=[PolicyAt(Policy(storage_class=StorageClass.CACHE), "/a<b>")])
     page = parse(render(view, refresh_s=3))
     assert not any(tag == "script" for tag, _ in page.tags)
     assert not any(tag in ("img", "iframe") or "src" in attrs for tag, attrs in page.tags)

@@ -14,9 +14,9 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver import Chrome
 
 from curvine_py.client.master import MasterClient
+from curvine_py.core.domain import Policy, StorageClass
 from curvine_py.observe.httpserve import HttpService
 from curvine_py.observe.status import master_source, serve_status
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from tests.harness import Cluster
 from tests.web.browser import chromium
 
@@ -93,7 +93,7 @@ def test_page_shows_the_cluster_and_a_killed_worker_turns_lost(
     url, master = page
     client = cluster.client()
     client.fs.mkdir("/kvcache")
-    client.fs.set_policy("/kvcache", cpb.Policy(storage_class=cpb.CACHE, ttl_ms=60_000))
+    client.fs.set_policy("/kvcache", Policy(storage_class=StorageClass.CACHE, ttl_ms=60_000))
     client.fs.mkdir("/tenant")
     client.fs.set_quota("/tenant", max_bytes=1 << 30, max_inodes=1000)
     client.fs.mkdir("/tenant/a")
