@@ -47,6 +47,8 @@ KNOWN_DEBT: dict[tuple[str, str], str] = {
     ("client/kv.py", DATA_HEADER): HEADER_DECISION,
     ("client/kv.py", COMMON): HEADER_DECISION + " (its storage_class field takes common.proto's enum values)",
     ("fuse/dataplane.py", DATA_HEADER): HEADER_DECISION,
+    ("fuse/localfds.py", DATA_HEADER): HEADER_DECISION,
+    ("fuse/localfds.py", MASTER): HANDLES_PENDING,
     ("client/fs.py", COMMON): "transitional: FileSystem.set_policy still takes a protobuf Policy from bench/lmcache*.py "
                               "and bench/soak.py (not this work's to edit); removed when they pass core.domain.Policy",
     ("client/files.py", COMMON): HANDLES_PENDING,
