@@ -7,7 +7,8 @@ of each size; for each (size, op): wall us per request and CPU us per request in
 in the worker (schedstat), next to the Reno raw pair (bench/rawpair.py) doing the same requests.
 KV minus raw at the same size is the fixed cost per request (the bytes are copied once by both).
 With --profile, the client runs under cProfile and the worker's connections too
-(CURVINE_PROFILE_DIR, worker/server.py); the top entries by own time are printed per op.
+(CURVINE_PROFILE_DIR, worker/server.py), both on the thread's CPU clock (a wait for the peer costs
+nothing); the top entries by own CPU time are printed per op, with the calls per request.
 """
 from __future__ import annotations
 
