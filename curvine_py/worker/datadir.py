@@ -60,12 +60,13 @@ class DataDir:
         self.free_space_ratio = free_space_ratio
         self.used = 0
         self.reserved = 0
+        self.kept = 0       # freed files kept in tmp/ for reuse (recycle.py): free space to us
         self._lock_fd = -1
 
     def disk(self) -> tuple[int, int]:
         """(filesystem size, free bytes for us)."""
         usage = psutil.disk_usage(self.path)
-        return int(usage.total), int(usage.free)
+        return int(usage.total), int(usage.free) + self.kept
 
     def space(self) -> tuple[int, int, int]:
         """(effective capacity, bytes free above the reserve, the reserve) from one statvfs."""

@@ -67,6 +67,7 @@ class Inventory:
         self.evictions = 0
         self._evicted_block_ids: list[int] = []
         self._bad_block_ids: list[int] = []
+        self.retire: Callable[[int, str, int], bool] | None = None   # (dir index, path, size)
 
     def get(self, name: str) -> Entry | None:
         return self._entries.get(name)
@@ -99,18 +100,22 @@ class Inventory:
         sub, _, file_name = entry.name.partition("/")
         return os.path.join(self._dirs[entry.dir_index].path, sub, layout.shard_dir(file_name), file_name)
 
-    def remove(self, entry: Entry) -> None:
-        """Forgets the entry and unlinks its file."""
+    def remove(self, entry: Entry, *, reuse: bool = True) -> None:
+        """Forgets the entry and unlinks its file, or hands it to `retire` (recycle.py: kept for
+        a later write to overwrite) when one is attached and takes it."""
         self.forget(entry)
+        path = self.path_of(entry)
+        if reuse and self.retire is not None and self.retire(entry.dir_index, path, entry.size):
+            return
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path_of(entry))
+            os.unlink(path)
 
     def drop_bad(self, name: str) -> bool:
         """Removes a copy known to be bad and queues a block for the master; False if absent."""
         entry = self._entries.get(name)
         if entry is None:
             return False
-        self.remove(entry)
+        self.remove(entry, reuse=False)   # a bad copy's blocks are not trusted again
         if entry.kind == layout.KIND_BLOCK:
             self._bad_block_ids.append(entry.block_id)
         return True

@@ -7,6 +7,7 @@ facade over its parts, one job each:
     inventory.py   the in-memory inventory, the start-up scan, eviction support, block reports
     ttl.py         the TTL heap
     opencache.py   the fd cache of the read path
+    recycle.py     freed files kept in tmp/ for the next writes to overwrite
 
 Every stored file is a `StoredHeader` (core/layout.py) followed by the payload at `header_size`.
 
@@ -18,7 +19,7 @@ Concurrency: one re-entrant lock guards the inventory, the fd cache and the spac
 renames and unlinks that change what a name points to happen under it, so a concurrent re-put and
 an eviction cannot unlink each other's file. Bulk I/O happens outside it. A reader holds an open fd,
 never the lock: unlinking a file that an fd reads from is safe on Linux, so eviction never breaks a
-reader.
+reader (a freed file is kept for reuse only once no descriptor of it is left: recycle.py).
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ from curvine_py.worker.datadir import (
 )
 from curvine_py.worker.inventory import Clock, Entry, Inventory, Stats
 from curvine_py.worker.opencache import OPEN_FILES, OpenFileCache
+from curvine_py.worker.recycle import FreedFiles
 from curvine_py.worker.storedfile import StoredFile, read_header
 from curvine_py.worker.tmpfiles import TempFilePool
 from curvine_py.worker.writes import PendingWrite, Reclaimer, WritePipeline, copier
@@ -83,6 +85,7 @@ class Store:
         self._open_files = OpenFileCache(open_files)
         self._inventory = Inventory(self.dirs, clock, self._open_files.drop)
         self._writes = WritePipeline(self.dirs, self._inventory, self.lock, clock)
+        self.freed = FreedFiles(self.dirs)
 
     @property
     def evictions(self) -> int:
@@ -115,6 +118,10 @@ class Store:
                     os.unlink(leftover.path)
             self._writes.known_shards |= self._inventory.scan(index, BLOCKS, layout.KIND_BLOCK)
             self._writes.known_shards |= self._inventory.scan(index, OBJECTS, layout.KIND_OBJECT)
+            self.freed.set_capacity(index, data_dir.capacity())
+        # Attached once tmp/ is empty: deleted files are kept there for reuse (recycle.py).
+        self._inventory.retire = self.freed.retire
+        self._writes.freed = self.freed
         log.info("store opened: %d blocks, %d objects, %d bytes in %d dir(s)", self._inventory.blocks,
                  self._inventory.objects, sum(d.used for d in self.dirs), len(self.dirs))
 
@@ -124,6 +131,9 @@ class Store:
             self._writes.temp_pool = None
         with self.lock:
             self._open_files.close()
+            self._inventory.retire = None
+            self._writes.freed = None
+        self.freed.close()
         for data_dir in self.dirs:
             data_dir.unlock()
 

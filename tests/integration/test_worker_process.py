@@ -16,6 +16,7 @@ from curvine_py.core import frames, layout
 from curvine_py.procs import curvine_command, start
 from curvine_py.proto.curvine.v1.common_pb2 import CACHE, DURABLE
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
+from curvine_py.worker.recycle import FREED_SUFFIX
 from tests.harness import Cluster, random_bytes, wait_until
 from tests.unit.test_worker_server import WireClient, assert_closed, client_verifies, preadv_all
 
@@ -27,8 +28,10 @@ WORKER_ARGS = ["--max-payload", "80MiB", "--max-key-bytes", "100"]
 
 def half_written(tmp_dir: pathlib.Path) -> list[str]:
     """What tmp/ holds besides the empty temp files the worker creates ahead of writes
-    (worker/tmpfiles.py): leftovers of a crash or of a failed write."""
-    return [p.name for p in tmp_dir.iterdir() if p.stat().st_size or not p.name.endswith(".tmp")]
+    (worker/tmpfiles.py) and the whole freed files it keeps for reuse (worker/recycle.py):
+    leftovers of a crash or of a failed write."""
+    return [p.name for p in tmp_dir.iterdir()
+            if not p.name.endswith(FREED_SUFFIX) and (p.stat().st_size or not p.name.endswith(".tmp"))]
 
 
 def address_of(cluster: Cluster, index: int = 0) -> tuple[str, int]:
@@ -141,6 +144,36 @@ def test_restart_after_kill9_rebuilds_and_reregisters(tmp_path: pathlib.Path) ->
         wait_until(lambda: client.master.membership().workers[0].blocks == 0, 15, "a heartbeat after the delete")
         member = client.master.membership().workers[0]
         assert member.worker_id == worker_id and member.objects == 2
+
+
+def test_kill9_mid_put_into_a_reused_file_leaves_nothing_that_reads(tmp_path: pathlib.Path) -> None:
+    """A put that overwrites a freed file (worker/recycle.py) dies with the worker after part of its
+    payload: after the restart neither the new key nor the deleted one reads, tmp/ is swept and no
+    stored file is left beside the ones acknowledged."""
+    with Cluster(tmp_path, workers=1, worker_args=WORKER_ARGS) as cluster:
+        kept = random_bytes(3000, seed=29)
+        tmp = cluster.worker_dir(0) / "tmp"
+        with WireClient(address_of(cluster)) as c:
+            assert c.put("old", random_bytes(4 * MiB, seed=30)).errno == 0
+            assert c.put("kept", kept).errno == 0
+            assert c.call(Op.DELETE, DataHeader(key="old")).found
+        assert [p.name for p in tmp.iterdir() if p.name.endswith(".free")]
+        new = random_bytes(4 * MiB, seed=31)
+        c = WireClient(address_of(cluster))
+        header = DataHeader(key="new", length=len(new), checksum=layout.object_checksum(new))
+        c.sock.sendall(frames.encode(Op.PUT, 99, header, len(new)) + new[:3 * MiB])
+        # The write took the freed file: it is being overwritten in place, under its tmp/ name.
+        freed = next(p for p in tmp.iterdir() if p.name.endswith(FREED_SUFFIX))
+        wait_until(lambda: new[:MiB] in freed.read_bytes(), 10, "the freed file overwritten")
+        cluster.kill_worker(0)
+        c.close()
+        cluster.restart_worker(0)
+        with WireClient(address_of(cluster)) as c:
+            assert c.get("new")[0].found is False and c.get("old")[0].found is False
+            assert c.get("kept")[1] == kept
+        assert [p.name for p in tmp.iterdir() if p.stat().st_size] == []   # swept at the restart
+        stored = [p for p in (cluster.worker_dir(0) / "kv").rglob("*") if p.is_file()]
+        assert len(stored) == 1
 
 
 def test_full_disk_gives_enospc_and_nothing_half_written(tmp_path: pathlib.Path) -> None:
