@@ -43,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bench import common
+from bench.fuse_ceiling import serving
 from curvine_py.client import CurvineClient
 from curvine_py.client.buffers import aligned
 from curvine_py.client.files import CurvineFile
@@ -54,9 +55,13 @@ from tests.harness import Cluster
 
 MiB = 1 << 20
 NAME = "fuse"
+FS_HEADER = 28              # LMCache's chunk metadata ahead of the KV bytes (fs connector)
+FS_CHUNK = 32 * MiB         # one KV chunk file (bench lmcache's geometry)
+FS_FILES = 8
 RECORD = 64                 # bytes per small append
 APPEND_WRITERS = (1, 6)
-TARGETS = {"seq_write_ratio": 0.8, "seq_read_ratio": 0.8, "warm_reread_ratio": 3.0, "creates_per_s": 1000, "stats_per_s": 3000}
+# seq_read_ratio: issue 14's ">= 0.6x the library, cold" (issue 3 asked 0.8x before reads were cold)
+TARGETS = {"seq_write_ratio": 0.8, "seq_read_ratio": 0.6, "warm_reread_ratio": 3.0, "creates_per_s": 1000, "stats_per_s": 3000}
 
 
 def parser() -> Any:
@@ -86,6 +91,7 @@ class Bench:
         self.source = aligned(MiB)
         self.source[:] = os.urandom(MiB)
         self.serial = 0
+        self.fs_buffers: list[memoryview] = []
 
     def _fresh(self, prefix: str) -> str:
         self.serial += 1
@@ -124,19 +130,59 @@ class Bench:
         handle.close()
         return common.gbps(total, time.perf_counter() - started)
 
-    def mount_read(self, name: str, *, cold: bool = True) -> float:
+    def mount_read(self, name: str, *, cold: bool = True, root: pathlib.Path | None = None) -> float:
+        path = (root or self.mount) / name
         if cold:     # what this node's page cache holds of the file goes, so the read crosses FUSE
-            fd = os.open(self.mount / name, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+            evict(path)
         started = time.perf_counter()
         total = 0
-        with open(self.mount / name, "rb", buffering=0) as fh:
+        with open(path, "rb", buffering=0) as fh:
             while n := fh.readinto(self.buffer):
                 total += n
         return common.gbps(total, time.perf_counter() - started)
+
+    # -- many files at once, as LMCache's fs:// connector reads them ---------------------------
+    def fs_read(self, names: list[str], root: pathlib.Path | None = None) -> float:
+        """Cold reads of whole files, all at once, each as LMCache's fs connector does (a small
+        buffered read of its metadata, then readinto the rest) into a reused (touched) buffer."""
+        paths = [(root or self.mount) / name for name in names]
+        for path in paths:
+            evict(path)
+        buffers = self._fs_buffers(len(paths), os.stat(paths[0]).st_size)
+
+        def one(item: tuple[pathlib.Path, memoryview]) -> int:
+            with open(item[0], "rb") as fh:
+                head = fh.readinto(bytearray(FS_HEADER))
+                return head + (fh.readinto(item[1]) or 0)
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(len(paths)) as pool:
+            total = sum(pool.map(one, zip(paths, buffers, strict=True)))
+        return common.gbps(total, time.perf_counter() - started)
+
+    def lib_fs_read(self, names: list[str]) -> float:
+        """The same files through the client library, each in one pread_into, all at once."""
+        attrs = [self.client.master.lookup(1, name) for name in names]
+        buffers = self._fs_buffers(len(names), int(attrs[0].size))
+
+        def one(item: tuple[cpb.Attr, memoryview]) -> int:
+            handle = CurvineFile(self.client.blocks, item[0], node=self.node, writable=False)
+            try:
+                return handle.pread_into(0, item[1])
+            finally:
+                handle.close()
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(len(names)) as pool:
+            total = sum(pool.map(one, zip(attrs, buffers, strict=True)))
+        return common.gbps(total, time.perf_counter() - started)
+
+    def _fs_buffers(self, count: int, size: int) -> list[memoryview]:
+        if len(self.fs_buffers) != count or len(self.fs_buffers[0]) < size:
+            self.fs_buffers = [aligned(size) for _ in range(count)]
+            for buffer in self.fs_buffers:
+                buffer[:] = bytes(len(buffer))       # touched: LMCache reads into pooled memory
+        return [buffer[:size] for buffer in self.fs_buffers]
 
     # -- random 4 KiB --------------------------------------------------------------------------
     def lib_random(self, name: str, size: int, count: int, seed: int) -> float:
@@ -209,6 +255,14 @@ class Bench:
         result["stat"] = _rate(os.stat, groups)
         result["unlink"] = _rate(os.unlink, groups)
         return result
+
+
+def evict(path: pathlib.Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def append_rate(directory: pathlib.Path, writers: int, count: int, *, shared: bool) -> float:
@@ -328,7 +382,9 @@ def main(argv: list[str]) -> int:
                        env={"CURVINE_FUSE_FAIL_FAST": "0"}) as mount:
                 results: dict[str, Any] = {}
                 if not args.appends_only:
-                    results = run_main_rows(Bench(client, mount.path, node), args, size, files, randoms, repeats)
+                    bench = Bench(client, mount.path, node)
+                    results = run_main_rows(bench, args, size, files, randoms, repeats)
+                    results.update(run_read_paths(bench, cluster, root, args, size, repeats, worker_node))
                 results.update(run_appends(mount.path, root / "local", appends, repeats))
                 if not args.no_fio and not args.appends_only:
                     fio = run_fio(mount.path, min(size // MiB, 256), args.quick)
@@ -370,6 +426,40 @@ def run_main_rows(bench: Bench, args: Any, size: int, files: int, randoms: int, 
     return results
 
 
+def run_read_paths(bench: Bench, cluster: Cluster, root: pathlib.Path, args: Any, size: int, repeats: int,
+                   worker_node: str) -> dict[str, Any]:
+    """Cold reads beside their limits: the mount against a pyfuse3 file system serving the same
+    sizes from memory (bench/fuse_ceiling.py: what any pyfuse3 file system pays), the mount on the
+    worker's own node (short-circuit, fuse/localfds.py) against this one, and LMCache's fs://
+    pattern (FS_FILES chunk files read at once) through the mount, the ceiling and the library."""
+    results: dict[str, Any] = {}
+    count = 4 if args.quick else FS_FILES
+    fs_size = FS_HEADER + FS_CHUNK
+    names = [f"fs-{i}" for i in range(count)]
+    for name in names:
+        bench.mount_write(name, fs_size)
+    print(f"cold reads: ceiling, local mount, {count} x {FS_CHUNK // MiB} MiB at once...", flush=True)
+    with serving(root / "ceiling", size) as ceiling:
+        results["seq_read_vs_ceiling"] = common.paired(
+            lambda: bench.mount_read("read-me"), lambda: bench.mount_read("data0", root=ceiling), repeats).summary()
+    if not args.local:
+        with Mount(cluster.master_address, root / "mnt-local", args=["--node", worker_node, *args.mount_option],
+                   env={"CURVINE_FUSE_FAIL_FAST": "0"}) as local:
+            results["seq_read_local_vs_tcp"] = common.paired(
+                lambda: bench.mount_read("read-me", root=local.path), lambda: bench.mount_read("read-me"),
+                repeats).summary()
+            results["fs_read_local"] = common.paired(
+                lambda: bench.fs_read(names, root=local.path), lambda: bench.lib_fs_read(names), repeats).summary()
+    results["fs_read"] = common.paired(lambda: bench.fs_read(names), lambda: bench.lib_fs_read(names),
+                                       repeats).summary()
+    with serving(root / "ceiling-fs", fs_size, count) as ceiling:
+        results["fs_read_ceiling"] = common.paired(
+            lambda: bench.fs_read([f"data{i}" for i in range(count)], root=ceiling),
+            lambda: bench.lib_fs_read(names), repeats).summary()
+    results["fs_files"] = count
+    return results
+
+
 def doc_section(info: dict[str, Any], payload: dict[str, Any]) -> str:
     r = payload["results"]
     c = payload["config"]
@@ -385,7 +475,7 @@ def doc_section(info: dict[str, Any], payload: dict[str, Any]) -> str:
 
     rows = [] if "seq_write_1m" not in r else [
         ["sequential write, 1 MiB writes (close included)", *gb("seq_write_1m"), ">= 0.8x"],
-        ["sequential read, 1 MiB reads (cold)", *gb("seq_read_1m"), ">= 0.8x"],
+        ["sequential read, 1 MiB reads (cold)", *gb("seq_read_1m"), ">= 0.6x"],
         ["warm re-read (unchanged file) / cold mount read", *gb("seq_reread_warm"), ">= 3x"],
         ["random read 4 KiB, page cache", *ops("rand_read_4k_buffered"), ""],
         ["random read 4 KiB, O_DIRECT", *ops("rand_read_4k_direct"), ""],
@@ -425,6 +515,26 @@ def doc_section(info: dict[str, Any], payload: dict[str, Any]) -> str:
                       "the baseline is the same writes into a local directory (the bench's temporary "
                       "directory), the physical limit."), "",
                  common.table(["operation", "mount", "local directory", "mount / local", "target"], append_rows)]
+    if "fs_read" in r:
+        def pair(key: str, label: str) -> list[str]:
+            return [label, f"{r[key]['subject_median']:.2f} GB/s", f"{r[key]['baseline_median']:.2f} GB/s",
+                    f"{r[key]['ratio_median']:.2f}x"]
+
+        files = f"{r['fs_files']} x {FS_CHUNK // MiB} MiB files at once"
+        limits = [pair("seq_read_vs_ceiling", "sequential read (cold): this mount / a pyfuse3 file system serving from memory")]
+        if "seq_read_local_vs_tcp" in r:
+            limits.append(pair("seq_read_local_vs_tcp", "sequential read (cold): mount on the worker's node "
+                                                        "(short-circuit) / this mount (TCP)"))
+        limits.append(pair("fs_read", f"fs:// pattern, {files} (cold): this mount / the library"))
+        if "fs_read_local" in r:
+            limits.append(pair("fs_read_local", f"fs:// pattern, {files} (cold): mount on the worker's node / "
+                                                "the library (TCP)"))
+        limits.append(pair("fs_read_ceiling", f"fs:// pattern, {files} (cold): pyfuse3 from memory / the library"))
+        body += ["", ("Cold reads beside their limits (bench/fuse_ceiling.py: a pyfuse3 file system whose files are "
+                      "already in memory, same kernel knobs; the fs:// pattern reads each file as LMCache's fs "
+                      "connector does, a 28-byte metadata read then readinto a reused buffer, all files in threads "
+                      "at once; the library reads each file in one pread_into):"), "",
+                 common.table(["read", "subject", "baseline", "subject / baseline"], limits)]
     fio = payload.get("fio") or {}
     if fio and "skipped" not in fio:
         body += ["", "fio on the mount (psync, --iomem=mmap):", "",
