@@ -133,6 +133,10 @@ class TrioBlockReader:
             conn.close()
         return result
 
+    def serves_locally(self, view: View, block: pb.BlockInfo) -> bool:
+        """Whether `read` would take the block from a worker on this node (by descriptor)."""
+        return any(self._is_local(view.workers[w]) for w in block.worker_ids if w in view.workers)
+
     async def read(self, view: View, block: pb.BlockInfo, offset: int, length: int, out: memoryview,
                    minimum: int) -> memoryview:
         """Verified bytes [offset, offset+length) of a block into `out` (at least `minimum`

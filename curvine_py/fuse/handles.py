@@ -33,13 +33,16 @@ from collections.abc import Awaitable, Callable
 
 from curvine_py.client.buffers import aligned
 from curvine_py.client.files import CurvineFile
+from curvine_py.client.membership import View
 from curvine_py.core.errors import AlreadyExists, CurvineError
+from curvine_py.core.layout import CHUNK_SIZE as CHUNK
 from curvine_py.core.posix import kill_suid_sgid, needs_kill
 from curvine_py.core.rules import verifiable_range
 from curvine_py.fuse.atime import AtimeUpdates
 from curvine_py.fuse.context import MountContext
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
 from curvine_py.fuse.pagecache import Version
+from curvine_py.fuse.prefetch import ChunkRuns
 from curvine_py.fuse.readbuf import POOLED
 from curvine_py.fuse.session import SessionTask
 from curvine_py.fuse.state import FileHandle, OpenFile
@@ -61,6 +64,8 @@ class Files:
         self.atime = atime
         self.session = session
         self.reader = reader
+        # Whole-chunk reads from TCP owners go through runs of chunks (prefetch.py).
+        self.runs = ChunkRuns(reader) if reader is not None else None
         # Bytes fetched ahead of a sequential reader, in the background: the kernel's own read-ahead
         # (4 MiB) keeps a few 1 MiB requests in flight; these find their chunk already fetched.
         self.read_ahead = read_ahead
@@ -186,7 +191,13 @@ class Files:
         buffer = buffers.acquire(size)
         n = opened.file.try_pread_into(offset, buffer[:size])     # in memory: no thread hop
         if n is None and self.reader is not None:
-            n = await self._fast_read(opened, offset, buffer[:size])  # trio sockets: no thread hop
+            got = await self._fast_read(opened, offset, buffer[:size])  # trio sockets: no thread hop
+            if isinstance(got, memoryview):       # a fetched chunk, answered as it is (prefetch.py)
+                if self.atime is not None:
+                    self.atime.read(self.ctx.attrs.get(opened.ino) or opened.file.attr)
+                buffers.defer(buffer)
+                return got
+            n = got
         if n is None:
             n = await self.ctx.read_data(opened.file.pread_into, offset, buffer[:size])
         if self.atime is not None:
@@ -194,9 +205,10 @@ class Files:
         buffers.defer(buffer)   # no await from here to the reply (readbuf.py)
         return buffer[:n]
 
-    async def _fast_read(self, opened: OpenFile, offset: int, out: memoryview) -> int | None:
-        """The read through dataplane.TrioBlockReader; None to use the threaded client instead
-        (busy file, membership due for a refresh, or any trouble with a worker)."""
+    async def _fast_read(self, opened: OpenFile, offset: int, out: memoryview) -> int | memoryview | None:
+        """The read through dataplane.TrioBlockReader: its length once in `out`, or the reply itself
+        (a fetched chunk that is the whole reply); None to use the threaded client instead (busy
+        file, membership due for a refresh, or any trouble with a worker)."""
         assert self.reader is not None
         view = self.ctx.client.blocks.membership.peek()
         plan = opened.file.try_plan_read(offset, out) if view is not None else None
@@ -204,6 +216,10 @@ class Files:
             return None
         length, pieces = plan
         try:
+            if self.runs is not None and len(pieces) == 1 and self.runs.wanted(view, pieces[0][0], len(out)):
+                block, inner, target = pieces[0]
+                got = await self._from_runs(view, block, inner, target, whole=len(target) == length)
+                return got if isinstance(got, memoryview) else length
             for block, inner, target in pieces:
                 # Pieces hold stored bytes only (try_plan_read zero-fills the rest), so the
                 # range's `stored` is the whole target.
@@ -220,6 +236,28 @@ class Files:
             log.debug("fast read of inode %d at %d: %s; using the threaded client", opened.ino, offset, exc)
             return None
         return length
+
+    async def _from_runs(self, view: View, block: pb.BlockInfo, inner: int, target: memoryview, *,
+                         whole: bool) -> int | memoryview:
+        """`target` (stored bytes of one block) from chunk runs (prefetch.py): the chunk's view when
+        it is exactly the whole reply, else copied in (then its length). Raises FastPathMiss."""
+        assert self.runs is not None
+        runs = self.runs
+        position, end = inner, inner + len(target)
+        while position < end:
+            start = position - position % CHUNK
+            data = await runs.chunk(view, block, start)
+            stop = min(end, start + CHUNK)
+            if len(data) < stop - start:
+                raise FastPathMiss(f"block {block.block_id:x}: chunk at {start} is short")
+            if whole and position == start and stop == end and len(data) == stop - start:
+                runs.taken(block, start)
+                return data          # no await from here to the reply (prefetch.py)
+            target[position - inner:stop - inner] = data[position - start:stop - start]
+            if position == start and stop - start == len(data):
+                runs.taken(block, start)     # all of it copied: the kernel holds it now
+            position = stop
+        return len(target)
 
     async def write(self, fh: int, offset: int, data: bytes) -> int:
         ctx = self.ctx
