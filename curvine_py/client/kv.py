@@ -125,24 +125,29 @@ class KVClient:
         header = DataHeader(key=key, length=len(view_data), digest_trailer=True, user_meta=user_meta,
                             ttl_ms=ttl_ms, storage_class=DURABLE if durable else CACHE)
 
-        def attempt(view: View) -> None:
-            header.epoch = view.epoch
-            stored, errors = 0, []
-            for worker in self._suspects.order(self.owners(key, view), _worker_id):
-                if stored == wanted:
-                    break
-                try:
-                    self._io.call(worker, frames.Op.PUT, header, view_data)
-                    stored += 1
-                except _FAILOVER as exc:
-                    if not isinstance(exc, Corrupt):
-                        self._suspects.mark(worker.worker_id)
-                    errors.append(exc)
-                    log.info("put %s: owner %s unreachable (%s), trying the next", key, worker.worker_id, exc)
-            if not stored:
-                raise errors[-1] if errors else Unavailable("no live workers")
+        try:   # the first attempt without a closure (this runs for every put)
+            self._put_on(self._membership.view(), key, header, view_data, wanted)
+        except StaleEpoch:
+            self._after_stale(lambda view: self._put_on(view, key, header, view_data, wanted), None)
 
-        self._with_view(attempt)
+    def _put_on(self, view: View, key: str, header: DataHeader, data: memoryview, wanted: int) -> None:
+        """One put attempt on `view`: the owners in failover order until `wanted` took it."""
+        header.epoch = view.epoch
+        stored, errors = 0, []
+        workers = view.workers
+        for worker in self._suspects.order([workers[w] for w in view.placement.rank(key)], _worker_id):
+            if stored == wanted:
+                break
+            try:
+                self._io.call(worker, frames.Op.PUT, header, data)
+                stored += 1
+            except _FAILOVER as exc:
+                if not isinstance(exc, Corrupt):
+                    self._suspects.mark(worker.worker_id)
+                errors.append(exc)
+                log.info("put %s: owner %s unreachable (%s), trying the next", key, worker.worker_id, exc)
+        if not stored:
+            raise errors[-1] if errors else Unavailable("no live workers")
 
     def get_view(self, key: str, out: Any = None) -> memoryview | None:
         """The object's bytes (in `out` if given: any writable buffer, see buffers.writable_view;

@@ -176,6 +176,30 @@ class StateCollector(Collector):
         return []   # families are built per scrape; nothing to check for clashes ahead
 
 
+class ScrapeHooks(Collector):
+    """Callables run at the start of every collection of its registry (registered before the
+    families, so what a hook adds is in the same scrape): counts a hot path keeps per thread are
+    added to the shared counters only when someone looks (worker/tally.py). A failing hook is
+    logged and the scrape goes on."""
+
+    def __init__(self) -> None:
+        self._hooks: list[Callable[[], None]] = []
+
+    def add(self, hook: Callable[[], None]) -> None:
+        self._hooks.append(hook)
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        for hook in list(self._hooks):
+            try:
+                hook()
+            except Exception:
+                log.exception("a metrics scrape hook failed")
+        return []
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return []
+
+
 def data_dir_families(dirs: Sequence[DataDirUsage]) -> list[GaugeMetricFamily]:
     capacity = GaugeMetricFamily("curvine_data_dir_capacity_bytes", "Capacity of a worker data dir",
                                  labels=["dir"])
@@ -228,6 +252,7 @@ class WorkerMetrics:
     evictions: Counter
     connections: ConnectionMetrics
     errors: ErrorMetrics
+    before_scrape: ScrapeHooks
 
     def evicted(self, reason: EvictionReason, count: int = 1) -> None:
         if count:
@@ -237,6 +262,8 @@ class WorkerMetrics:
 def register_worker(registry: CollectorRegistry,
                     data_dirs: Callable[[], Sequence[DataDirUsage]] | None = None) -> WorkerMetrics:
     """The worker's families; `data_dirs` (read at each scrape) feeds capacity and usage per dir."""
+    hooks = ScrapeHooks()
+    registry.register(hooks)   # first: collected before the families it feeds
     errors = _errors(registry)
     if data_dirs is not None:
         registry.register(StateCollector(lambda: data_dir_families(data_dirs()), "the data dirs"))
@@ -247,6 +274,7 @@ def register_worker(registry: CollectorRegistry,
         connections=ConnectionMetrics(Gauge("curvine_open_connections", "Client connections open now",
                                             ["listener"], registry=registry)),
         errors=errors,
+        before_scrape=hooks,
     )
 
 

@@ -97,6 +97,7 @@ from curvine_py.worker.refuser import Refuser, error_frame
 from curvine_py.worker.scrub import Verdict, scrub
 from curvine_py.worker.store import Store
 from curvine_py.worker.storedfile import StoredFile
+from curvine_py.worker.tally import Tallies
 from curvine_py.worker.throttle import LogThrottle, log_throttled
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,9 @@ class WorkerState:
         self.kv_misses = access.misses.labels(way="kv")
         self.kv_sent = access.sent.labels(way="kv")
         self.kv_received = access.received.labels(way="kv")
+        # Per connection, added to those children at each scrape (tally.py: no call per request).
+        self.tallies = Tallies(self.kv_hits, self.kv_misses, self.kv_sent, self.kv_received)
+        self.metrics.before_scrape.add(self.tallies.fold)
         self._latency: dict[frames.Op, Histogram] = {}
 
     def latency(self, op: frames.Op) -> Histogram:
@@ -193,6 +197,7 @@ class Session:
         blocking.set_send_timeout(sock, options.idle_timeout_s)
         self._unread = 0          # payload bytes of the current request not yet consumed
         self._metrics = state.metrics
+        self._tally = state.tallies.open()    # closed (folded) in serve
         self._latency: dict[frames.Op, Histogram] = {}   # this session's children of state.latency
         self._tls = isinstance(sock, ssl.SSLSocket)       # no sendfile, no sendmsg
         self._close_after = False
@@ -235,6 +240,7 @@ class Session:
         except Exception:  # noqa: BLE001 (a bug ends only this connection; logged with its traceback)
             _log_throttled("failed", logging.ERROR, "connection from %s failed", self._peer, exc_info=True)
         finally:
+            self._state.tallies.close(self._tally)
             # FIN right after the last reply; unread request bytes (a refused payload) may still
             # make the kernel answer with RST, which is fine: the reply went out first.
             with contextlib.suppress(OSError):
@@ -318,7 +324,7 @@ class Session:
         else:
             self._send_stored(prefix, outcome, stored)
             if prefix.op == frames.Op.GET and not self._options.pass_fds:
-                self._state.kv_sent.inc(outcome.length)
+                self._tally.sent += outcome.length
         return not self._close_after
 
     def _drain(self) -> None:
@@ -416,7 +422,7 @@ class Session:
         with pending:
             pending.receive(self._fill, self._trailer(header, length))
             stored_now = pending.commit()
-        self._state.kv_received.inc(length)
+        self._tally.received += length
         return _Outcome(DataHeader(length=length, found=not stored_now))
 
     def _get(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
@@ -428,9 +434,10 @@ class Session:
             # Bad bytes are never returned: for a KV object that is a miss, and the copy goes.
             self._store.drop_bad(self._store.object_name(header.key))
             stored = None
-        (self._state.kv_misses if stored is None else self._state.kv_hits).inc()
         if stored is None:
+            self._tally.misses += 1
             return _Outcome(DataHeader(found=False))
+        self._tally.hits += 1
         meta = stored.header
         reply = DataHeader(found=True, length=meta.length, checksum=meta.checksum, user_meta=meta.user_meta,
                            chunk_checksums=meta.chunk_checksums)
