@@ -25,8 +25,6 @@ import os
 import uuid
 from dataclasses import dataclass
 
-import psutil
-
 from curvine_py.core.errors import CurvineError, InvalidArgument
 
 log = logging.getLogger(__name__)
@@ -65,8 +63,10 @@ class DataDir:
 
     def disk(self) -> tuple[int, int]:
         """(filesystem size, free bytes for us)."""
-        usage = psutil.disk_usage(self.path)
-        return int(usage.total), int(usage.free) + self.kept
+        # statvfs itself, as psutil.disk_usage computes them (its wrapper is half a dozen calls, once
+        # per write): total = blocks, free = what an unprivileged user may still take.
+        st = os.statvfs(self.path)
+        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize + self.kept
 
     def space(self) -> tuple[int, int, int]:
         """(effective capacity, bytes free above the reserve, the reserve) from one statvfs."""

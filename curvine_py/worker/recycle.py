@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import logging
 import os
 import threading
@@ -74,6 +75,9 @@ class FreedFiles:
         self._kept: list[deque[tuple[str, int]]] = [deque() for _ in self._dirs]
         self._bytes = [0] * len(self._dirs)
         self._lock = threading.Lock()
+        # Names unique in tmp/ (emptied at every start) without a uuid per delete.
+        self._prefix = f"{uuid.uuid4().hex[:12]}-"
+        self._serial = itertools.count()
         self.enabled = max_files > 0
         self.reused = 0          # counters for tests and the bench
         self.still_open = 0
@@ -91,7 +95,7 @@ class FreedFiles:
                 return False
             self._bytes[index] += size   # counted before the rename: a concurrent retire sees it
             self._data_dirs[index].kept = self._bytes[index]
-        kept = os.path.join(self._dirs[index], f"{uuid.uuid4().hex}{FREED_SUFFIX}")
+        kept = f"{self._dirs[index]}/{self._prefix}{next(self._serial)}{FREED_SUFFIX}"
         try:
             os.rename(path, kept)
         except OSError:
