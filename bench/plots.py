@@ -150,26 +150,36 @@ META_OPS = ("create", "lookup", "stat", "rename", "delete")
 
 
 def plot_meta(data: dict[str, Any]) -> list[Plot]:
-    rows = sorted(data["results"], key=lambda r: r["files"])
-    files = [r["files"] for r in rows]
-    threads = sorted(rows[0]["concurrency"], key=int)
-    fig, axes = _figure(len(threads))
-    for ax, t in zip(axes, threads, strict=True):
-        for op in META_OPS:
-            runs = [r["concurrency"][t][op] for r in rows]
-            _line(ax, files, [x["subject_median"] for x in runs], [x.get("subject") for x in runs], op)
-        # Each op's floor was measured just before it: one line through their medians, bars over all.
-        floors = [[r["concurrency"][t][op] for op in META_OPS] for r in rows]
-        _line(ax, files, [median(x["baseline_median"] for x in f) for f in floors],
-              [[v for x in f for v in x.get("baseline", ())] for f in floors],
-              "RPC floor (GetMembership)", linestyle="--", color="black")
-        ax.set_xscale("log")
-        ax.set_xticks(files, [f"{f:,}" for f in files])
-        ax.set_xlabel("existing files")
-        ax.set_ylabel("ops/s, median, bars min..max")
-        ax.set_title(f"master metadata ops/s by file count, {t} client thread{'s' if t != '1' else ''}")
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
+    """One row per engine the run measured (SQLite's `results`, PostgreSQL's `postgresql`), one
+    panel per client concurrency, on one y scale: the rows compare at a glance."""
+    engines = [(r[0].get("engine", "sqlite"), r) for r in (data["results"], data.get("postgresql") or []) if r]
+    threads = sorted(engines[0][1][0]["concurrency"], key=int)
+    fig = Figure(figsize=(6.0 * len(threads), 4.2 * len(engines)), dpi=DPI, layout="constrained")
+    axes = []
+    for row, (engine, results) in enumerate(engines):
+        rows = sorted(results, key=lambda r: r["files"])
+        files = [r["files"] for r in rows]
+        for col, t in enumerate(threads):
+            ax = fig.add_subplot(len(engines), len(threads), row * len(threads) + col + 1,
+                                 sharey=axes[0] if axes else None)
+            axes.append(ax)
+            ax.grid(True, alpha=0.3)
+            for op in META_OPS:
+                runs = [r["concurrency"][t][op] for r in rows]
+                _line(ax, files, [x["subject_median"] for x in runs], [x.get("subject") for x in runs], op)
+            # Each op's floor was measured just before it: one line through their medians, bars over all.
+            floors = [[r["concurrency"][t][op] for op in META_OPS] for r in rows]
+            _line(ax, files, [median(x["baseline_median"] for x in f) for f in floors],
+                  [[v for x in f for v in x.get("baseline", ())] for f in floors],
+                  "RPC floor (GetMembership)", linestyle="--", color="black")
+            ax.set_xscale("log")
+            ax.set_xticks(files, [f"{f:,}" for f in files])
+            ax.set_xlabel("existing files")
+            ax.set_ylabel("ops/s, median, bars min..max")
+            name = "PostgreSQL" if engine == "postgresql" else "SQLite"
+            ax.set_title(f"{name}: master metadata ops/s by file count, {t} client thread{'s' if t != '1' else ''}")
+            ax.set_ylim(bottom=0)
+            ax.legend(fontsize=8)
     return [("ops", fig)]
 
 
@@ -252,7 +262,7 @@ PLOTTERS: dict[str, Plotter] = {"kv": plot_kv, "lmcache": plot_lmcache, "meta": 
 CAPTIONS = {
     "kv": "KV get and put throughput by object size against both raw socket pairs of the same run",
     "lmcache": "LMCache's ways (get and put) against the raw pair, redis and LMCache's own lm:// server",
-    "meta": "Master metadata ops/s by file count against the RPC floor",
+    "meta": "Master metadata ops/s by file count against the RPC floor, SQLite and PostgreSQL",
     "fuse": "The FUSE mount against the client library",
     "placement": "Weighted rendezvous against a 100-vnode ring",
     "failover": "Standby master takeover against restarting the one master by hand",

@@ -88,7 +88,7 @@ class StoreThread:
     def _execute(self, batch: list[_Call]) -> None:
         results: list[tuple[bool, Any]] = []
         try:
-            with self._ns.batch():
+            with self._ns.batch(len(batch)):
                 for call in batch:
                     try:
                         results.append((True, call.fn(*call.args)))

@@ -56,11 +56,14 @@ def test_kv_plot_draws_the_subject_against_both_raw_pairs() -> None:
     assert [float(t) for t in fig.axes[0].get_xticks()] == [float(s) for s in sizes]
 
 
-def test_meta_plot_has_one_panel_per_thread_count_with_the_floor() -> None:
+def test_meta_plot_has_one_panel_per_engine_and_thread_count_with_the_floor() -> None:
     data = stored("meta")
     (_, fig), = plots.plot_meta(data)
     threads = data["results"][0]["concurrency"]
-    assert len(fig.axes) == len(threads)
+    assert data["postgresql"], "the stored run measured both engines"
+    assert len(fig.axes) == 2 * len(threads)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert [t.split(":")[0] for t in titles] == ["SQLite"] * len(threads) + ["PostgreSQL"] * len(threads)
     for labels in legend_labels(fig):
         assert set(plots.META_OPS) | {"RPC floor (GetMembership)"} == labels
 

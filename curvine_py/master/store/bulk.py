@@ -75,6 +75,7 @@ class Bulk(Database):
 
     def clear_all(self) -> None:
         self._quota_free = False
+        self._cluster_id = None       # the load brings its own
         for table, _ in self.table_columns():
             self._db.execute(f"DELETE FROM {_quoted(table)}")
         if self.dialect == SQLITE:
@@ -88,6 +89,7 @@ class Bulk(Database):
 
     def insert_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         self._quota_free = False
+        self._cluster_id = None
         if self.dialect != SQLITE:
             self._db.copy_rows(table, columns, rows)
             return

@@ -78,6 +78,7 @@ class Database:
         self.dialect = SQLITE if engine is None else POSTGRESQL
         self._writer = not read_only
         self._quota_free = False      # see Quotas._any_quota
+        self._cluster_id: str | None = None   # set once at creation; a load (bulk.py) forgets it
         self._db: Any
         if engine is not None:
             if read_only:
@@ -193,18 +194,23 @@ class Database:
             yield
 
     @contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self, calls: int = 0) -> Iterator[None]:
         """Group commit: the operations run inside share one COMMIT (one fsync). The caller must not
-        reply to any of them before this block has exited without an exception."""
+        reply to any of them before this block has exited without an exception. `calls`: how many
+        operations it will run, when known (a batch of one lets PostgreSQL commit a one-statement
+        call with that statement: pgconn.PgWriter.whole)."""
         if self._db.in_transaction:
             raise RuntimeError("batch() inside a transaction")
-        with self._immediate():
+        with self._immediate(single=calls == 1):
             yield
 
     @contextmanager
-    def _immediate(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE .. COMMIT, rolled back on any exception (a transaction or a batch)."""
+    def _immediate(self, *, single: bool = False) -> Iterator[None]:
+        """BEGIN IMMEDIATE .. COMMIT, rolled back on any exception (a transaction or a batch);
+        `single`: it holds one operation at most."""
         self._db.execute("BEGIN IMMEDIATE")
+        if self.engine is not None:
+            self._db.single = single
         try:
             yield
         except BaseException:
@@ -234,7 +240,10 @@ class Database:
 
     @property
     def cluster_id(self) -> str:
-        return str(self._meta("cluster_id"))
+        # Kept: every GetMembership asks, and on PostgreSQL each read is a round trip.
+        if self._cluster_id is None:
+            self._cluster_id = str(self._meta("cluster_id"))
+        return self._cluster_id
 
     def epoch(self) -> int:
         return int(self._meta("epoch"))

@@ -116,7 +116,9 @@ class PgWriter:
         self._ensure = ensure
         self._pipeline: psycopg.Pipeline | None = None
         self._manager: contextlib.AbstractContextManager[psycopg.Pipeline] | None = None
-        self._open = False                # a transaction is open (BEGIN sent, COMMIT/ROLLBACK not yet)
+        self._open = False                # a transaction is open (BEGIN asked for, COMMIT/ROLLBACK not yet)
+        self._lazy = False                # ... and its BEGIN is not sent yet (it travels with the first statement)
+        self.single = False               # ... and it holds one call at most (Database.batch, pgfast.py)
         self._idle_since = 0.0            # monotonic time the last transaction ended
 
     @property
@@ -163,6 +165,8 @@ class PgWriter:
         if sql in ("COMMIT", "ROLLBACK"):
             self._end(sql)
             return Rows([], -1)
+        if self._lazy:
+            self._start()
         if sql.startswith("ROLLBACK TO") and self._pipeline is not None:
             # Whatever is still in flight belongs to the failed call: drain it, errors and all.
             with contextlib.suppress(psycopg.Error):
@@ -176,19 +180,34 @@ class PgWriter:
 
     def _begin(self, sql: str) -> None:
         self.conn = self._ensure()
+        if time.monotonic() - self._idle_since < IDLE_CHECK_S and not self._server_spoke():
+            # Busy and nothing heard: BEGIN waits for the first statement and travels with it (no
+            # round trip of its own; none at all for a batch that runs no SQL). A session that
+            # breaks right now fails the batch (Unavailable).
+            self._open = self._lazy = True
+            return
         try:
-            if time.monotonic() - self._idle_since < IDLE_CHECK_S and not self._server_spoke():
-                # Busy and nothing heard: BEGIN travels with the first statement (no round trip of
-                # its own). A session that breaks right now fails the batch (Unavailable).
-                self._enter_pipeline()
-                self.guard(lambda: self.conn.execute(translate(sql)))
-            else:
-                self._begin_alone(sql)
-                self._enter_pipeline()
+            self._begin_alone(sql)
+            self._enter_pipeline()
         except BaseException:
             self._drop_pipeline()         # no transaction is open: the next BEGIN reconnects
             raise
         self._open = True
+
+    def _start(self) -> None:
+        """Sends the BEGIN of a lazy transaction (before its first statement)."""
+        self._lazy = False
+        self._enter_pipeline()
+        self.guard(lambda: self.conn.execute("BEGIN"))
+
+    def whole(self, sql: str, params: Sequence[Any] = ()) -> Rows | _Pending:
+        """A statement that is a whole call by itself, all or nothing (a server-side function,
+        pgfast.py). When it is all the work of its transaction (`single`, and nothing sent yet) it
+        runs without BEGIN: the server commits it before it answers, one round trip in all, and the
+        transaction's COMMIT then has nothing to send."""
+        if self._open and self._lazy and self.single:
+            return self.guard(lambda: _run(self.conn, sql, params))
+        return self.execute(sql, params)
 
     def _server_spoke(self) -> bool:
         """Something arrived on the idle session: a server that ends a session (a restart, a
@@ -213,6 +232,8 @@ class PgWriter:
 
     def _end(self, sql: str) -> None:
         try:
+            if self._lazy:                # nothing was sent: nothing to end
+                return
             if sql == "ROLLBACK" and (self.conn.broken or self.conn.closed):
                 self._drop_pipeline()     # the server has rolled it back already
                 return
@@ -242,10 +263,13 @@ class PgWriter:
                     from None
             raise
         finally:
-            self._open = False
+            self._open = self._lazy = self.single = False
             self._idle_since = time.monotonic()
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Rows:
+        if self._lazy:
+            self._start()
+
         def run() -> Rows:
             with self.conn.cursor() as cursor:
                 cursor.executemany(translate(sql), rows)
@@ -257,6 +281,8 @@ class PgWriter:
         does not run in pipeline mode: the pipeline is left for it, inside the same transaction)."""
         cols = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
         quoted = '"' + table.replace('"', '""') + '"'
+        if self._lazy:
+            self._start()                 # COPY inside the transaction, never in autocommit
         in_pipeline = self._pipeline is not None
         self._leave_pipeline()
 
@@ -276,7 +302,7 @@ class PgWriter:
         """Ends the session; `last`: one statement run on it first, outside any pipeline (the
         engine gives its leader lock up this way: pgengine.py)."""
         self._drop_pipeline()
-        self._open = False
+        self._open = self._lazy = False
         if last is not None and not (self.conn.closed or self.conn.broken):
             try:
                 self.conn.execute(last[0], last[1])
@@ -294,6 +320,7 @@ class PgReader:
         self._pool = pool
         self._pinned: psycopg.Connection[Any] | None = None
         self._begun = False               # BEGIN sent on the pinned connection (it waits for the first read)
+        self.single = False               # as PgWriter's (a reader's transactions are read-only anyway)
 
     @property
     def in_transaction(self) -> bool:
@@ -393,6 +420,9 @@ class PgReader:
             if conn.broken or conn.closed:
                 raise lost(exc) from None
             raise
+
+    def whole(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        return self.execute(sql, params)          # a write: the server refuses it (read only)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Rows:
         raise CurvineError("a reader does not write")

@@ -84,18 +84,19 @@ def _encodable(*names: str) -> bool:
 
 @contextmanager
 def _unit(store: Names) -> Iterator[None]:
-    """Inside a transaction or batch: nothing (the function is all or nothing by itself). Alone:
-    BEGIN .. COMMIT, which reconnects and re-checks the leadership first (pgengine.ensure)."""
+    """Inside a transaction or batch: nothing (the function is all or nothing by itself). Alone: a
+    transaction of one call, which reconnects and re-checks the leadership first (pgengine.ensure)
+    and then commits with the statement itself (PgWriter.whole)."""
     if store._db.in_transaction:
         yield
         return
-    with store._immediate():
+    with store._immediate(single=True):
         yield
 
 
 def _call(store: Names, sql: str, params: Sequence[Any]) -> tuple[Any, ...]:
     with _unit(store):
-        row: tuple[Any, ...] | None = store._db.execute(sql, params).fetchone()
+        row: tuple[Any, ...] | None = store._db.whole(sql, params).fetchone()
     assert row is not None, "a server-side function returns one row"
     return row
 
