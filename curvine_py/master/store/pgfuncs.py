@@ -87,12 +87,13 @@ DECLARE
     v_depth INT := 0;
     v_new_gid BIGINT := p_gid; v_perm BIGINT := p_mode & 4095; v_bs BIGINT := p_default_bs;
 BEGIN
-    SELECT i.type, i.mode, i.gid, i.parent, i.p_class, i.p_block_size INTO v_type, v_mode, v_gid, v_up, v_class, v_pbs
+    SELECT i.type, i.mode, i.gid, i.parent, i.p_class, i.p_block_size,
+           (SELECT d.ino FROM dentries d WHERE d.parent = p_parent AND d.name = p_name)
+        INTO v_type, v_mode, v_gid, v_up, v_class, v_pbs, existing
         FROM inodes i WHERE i.ino = p_parent AND i.orphan != 2;
     IF NOT FOUND THEN status := 1; RETURN; END IF;
     IF v_type != 2 THEN status := 2; RETURN; END IF;
-    SELECT d.ino INTO existing FROM dentries d WHERE d.parent = p_parent AND d.name = p_name;
-    IF FOUND THEN status := 9; RETURN; END IF;
+    IF existing IS NOT NULL THEN status := 9; RETURN; END IF;
     IF v_mode & 1024 != 0 THEN            -- a setgid directory (posix.inherit_from_parent)
         v_new_gid := v_gid;
         IF p_type = 2 THEN v_perm := v_perm | 1024; END IF;
@@ -135,12 +136,12 @@ CREATE OR REPLACE FUNCTION curvine_unlink(p_parent BIGINT, p_name TEXT, p_direct
 DECLARE
     v_type BIGINT; v_kind BIGINT;
 BEGIN
-    SELECT i.type INTO v_type FROM inodes i WHERE i.ino = p_parent AND i.orphan != 2;
+    SELECT p.type, i.ino, i.type INTO v_type, r_ino, v_kind FROM inodes p
+        LEFT JOIN dentries d ON d.parent = p.ino AND d.name = p_name LEFT JOIN inodes i ON i.ino = d.ino
+        WHERE p.ino = p_parent AND p.orphan != 2;
     IF NOT FOUND THEN status := 1; RETURN; END IF;
     IF v_type != 2 THEN status := 2; RETURN; END IF;
-    SELECT d.ino, i.type INTO r_ino, v_kind FROM dentries d JOIN inodes i ON i.ino = d.ino
-        WHERE d.parent = p_parent AND d.name = p_name;
-    IF NOT FOUND THEN status := 3; RETURN; END IF;
+    IF r_ino IS NULL THEN status := 3; RETURN; END IF;
     IF p_directory THEN
         IF v_kind != 2 THEN status := 4; RETURN; END IF;
         IF EXISTS (SELECT 1 FROM dentries d WHERE d.parent = r_ino) THEN status := 5; RETURN; END IF;
