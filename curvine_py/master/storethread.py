@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from curvine_py.core.errors import CurvineError
 from curvine_py.master.namespace import Namespace
+from curvine_py.master.store.pgfast import Deferred
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,17 @@ class _Call:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     future: Future[Any]
+
+
+def _resolved(ok: bool, value: Any) -> tuple[bool, Any]:
+    """A call's answer that PostgreSQL sent after the call returned (pgfast.Deferred: read with the
+    COMMIT's round trip), as its result or its own error."""
+    if ok and isinstance(value, Deferred):
+        try:
+            return True, value.resolve()
+        except Exception as exc:  # noqa: BLE001 - the call's own answer
+            return False, exc
+    return ok, value
 
 
 class StoreThread:
@@ -88,7 +100,7 @@ class StoreThread:
     def _execute(self, batch: list[_Call]) -> None:
         results: list[tuple[bool, Any]] = []
         try:
-            with self._ns.batch(len(batch)):
+            with self._ns.batch(len(batch), deferring=True):
                 for call in batch:
                     try:
                         results.append((True, call.fn(*call.args)))
@@ -100,6 +112,7 @@ class StoreThread:
         except Exception as exc:  # COMMIT failed: nothing of this batch is durable
             log.exception("commit of a batch of %d calls failed", len(batch))
             results = [(False, CurvineError(f"metadata commit failed: {exc}")) for _ in batch]
+        results = [_resolved(ok, value) for ok, value in results]
         self.batches += 1
         self.calls += len(batch)
         for call, (ok, value) in zip(batch, results, strict=True):

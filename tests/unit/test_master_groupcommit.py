@@ -6,6 +6,7 @@ batch fails the whole batch and acknowledges none of it; a version-3 database ge
 from __future__ import annotations
 
 import pathlib
+import stat
 from collections.abc import Callable
 
 import psycopg
@@ -25,9 +26,17 @@ from curvine_py.core.errors import (
 from curvine_py.master.engine.open import open_namespace
 from curvine_py.master.engine.url import parse_meta_url
 from curvine_py.master.namespace import SCHEMA_VERSION, Namespace
-from curvine_py.master.types import ROOT_INO, Attr, FileType, RenameResult, UnlinkResult
+from curvine_py.master.types import ROOT_INO, Attr, FileType, Policy, RenameResult, UnlinkResult
 from tests import pgserver
-from tests.unit.test_master_support import FakeClock, mkdir, mkfile, on_postgresql, open_store, raw_execute
+from tests.unit.test_master_support import (
+    FakeClock,
+    MiB,
+    mkdir,
+    mkfile,
+    on_postgresql,
+    open_store,
+    raw_execute,
+)
 
 
 def attempt(fn: Callable[[], object]) -> object:
@@ -203,6 +212,54 @@ def test_a_session_broken_inside_a_batch_fails_the_rest_of_it(pg: pgserver.PgSer
         # acknowledged `a`, which died with the old session.
         mkfile(ns, "a")                                # the next transaction reconnects
         assert names(ns) == ["a", "before"]            # and `b` is not there, `before` still is
+        assert ns.check() == []
+    finally:
+        ns.close()
+
+
+def test_the_one_statement_paths_keep_the_general_bookkeeping(ns: Namespace) -> None:
+    """What the functions do besides the names, the same on both engines: the block size of the
+    nearest policy, setgid inheritance, a replaced file's other name and an open file kept as an
+    orphan by its session."""
+    kv = mkdir(ns, "kv")
+    deep = mkdir(ns, "deep", mkdir(ns, "sub", kv.ino).ino)
+    ns.set_policy("/kv", Policy(block_size=MiB))
+    assert mkfile(ns, "f", deep.ino).block_size == MiB                 # two levels up
+    assert mkfile(ns, "f").block_size == 4 * MiB                       # the store's default
+    ns.set_policy("/kv/sub", Policy(replicas=3))                       # nearer, without a block size
+    assert mkfile(ns, "g", deep.ino).block_size == 4 * MiB
+    shared = ns.create(ROOT_INO, "shared", FileType.DIRECTORY, 0o2775, gid=7)
+    assert ns.create(shared.ino, "f", FileType.REGULAR, 0o644, gid=9).gid == 7
+    sub = ns.create(shared.ino, "d", FileType.DIRECTORY, 0o755, gid=9)
+    assert (sub.gid, sub.mode & stat.S_ISGID) == (7, stat.S_ISGID)
+    twice = mkfile(ns, "twice")
+    ns.link(twice.ino, kv.ino, "other")
+    mkfile(ns, "new")
+    assert ns.rename(ROOT_INO, "new", ROOT_INO, "twice") == RenameResult(twice.ino, 1)
+    assert ns.getattr(twice.ino).nlink == 1 and ns.lookup(kv.ino, "other").ino == twice.ino
+    assert ns.rename(kv.ino, "other", deep.ino, "moved") == RenameResult()
+    kept = mkfile(ns, "open")
+    mkfile(ns, "over")
+    assert ns.rename(ROOT_INO, "over", ROOT_INO, "open", keep_orphan=True, keeper="s1") == RenameResult(kept.ino, 0)
+    assert (kept.ino, "s1") in ns.kept_orphans() and ns.getattr(kept.ino).nlink == 0
+    ns.release_orphan(kept.ino)
+    with pytest.raises(NotFound):
+        ns.getattr(kept.ino)
+    link = ns.create(ROOT_INO, "link", FileType.SYMLINK, 0o777, symlink_target="kv/sub")
+    assert link.size == len("kv/sub") and ns.readlink(link.ino) == "kv/sub"
+    assert ns.unlink(ROOT_INO, "link") == UnlinkResult(link.ino, 0)
+
+
+def test_an_unlinked_file_waits_out_its_grace(tmp_path: pathlib.Path, clock: FakeClock, meta_engine: str) -> None:
+    ns = open_store(tmp_path, clock, unlink_grace_ms=1000)
+    try:
+        f = mkfile(ns, "f")
+        assert ns.unlink(ROOT_INO, "f") == UnlinkResult(f.ino, 0)
+        with pytest.raises(NotFound):
+            ns.getattr(f.ino)                       # gone for every call, its blocks kept for readers
+        assert ns.expire_orphans() == 0
+        clock.ns += 2_000_000_000
+        assert ns.expire_orphans() == 1
         assert ns.check() == []
     finally:
         ns.close()

@@ -14,10 +14,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from curvine_py.core.errors import AlreadyExists, CurvineError, NotFound
+from curvine_py.core.errors import AlreadyExists, CurvineError, DirectoryNotEmpty, NotFound
 from curvine_py.master.namespace import Namespace
 from curvine_py.master.storethread import StoreThread
-from curvine_py.master.types import ROOT_INO, FileType
+from curvine_py.master.types import ROOT_INO, Attr, FileType, UnlinkResult
+from tests.harness import wait_until
 from tests.unit.test_master_support import FakeClock, open_store
 
 pytestmark = pytest.mark.usefixtures("meta_engine")   # every test on SQLite and on PostgreSQL
@@ -94,7 +95,7 @@ class _FailingCommit:
     """A store whose COMMIT fails: nothing of the batch is durable, so every call must fail."""
 
     @contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self, calls: int = 0, *, deferring: bool = False) -> Iterator[None]:
         yield
         raise sqlite3.OperationalError("disk I/O error")
 
@@ -168,3 +169,59 @@ def test_a_statement_failing_in_flight_fails_its_own_call_only(ns: Namespace) ->
     assert [e.name for e in ns.readdir(ROOT_INO)[0]] == ["a", "b"]
     assert ns.listxattr(ROOT_INO) == []
     assert not ns._db.in_transaction
+
+
+def test_one_batch_answers_each_call_its_own(ns: Namespace) -> None:
+    """A batch of queued calls, on PostgreSQL sent without waiting for each answer (pgfast.Deferred):
+    every call still gets its own result or error, in the order they were queued, and a call that
+    uses its create's answer inside itself gets it then."""
+    ns.create(ROOT_INO, "old", FileType.REGULAR, 0o644)
+    full = ns.create(ROOT_INO, "full", FileType.DIRECTORY, 0o755)
+    ns.create(full.ino, "x", FileType.REGULAR, 0o644)
+    store = StoreThread(ns)
+    store.start()
+    release, holding = threading.Event(), threading.Event()
+
+    def hold() -> bool:
+        holding.set()
+        return release.wait()
+
+    calls: list[Any] = [
+        lambda: ns.create(ROOT_INO, "a", FileType.REGULAR, 0o644),
+        lambda: ns.create(ROOT_INO, "a", FileType.REGULAR, 0o644),                  # EEXIST
+        lambda: ns.create(999_999, "b", FileType.REGULAR, 0o644),                   # ENOENT
+        lambda: ns.unlink(ROOT_INO, "nope"),                                         # ENOENT
+        lambda: ns.unlink(ROOT_INO, "old"),
+        lambda: ns.create(ROOT_INO, "a", FileType.REGULAR, 0o644, exclusive=False),  # the one made above
+        lambda: ns.getattr(ns.create(ROOT_INO, "c", FileType.REGULAR, 0o644).ino).ino,
+        lambda: ns.unlink(ROOT_INO, "full", directory=True),                         # ENOTEMPTY
+        lambda: ns.create(ROOT_INO, "d", FileType.DIRECTORY, 0o755),
+    ]
+    with ThreadPoolExecutor(len(calls) + 1) as pool:
+        pool.submit(store.call, hold)                        # holds the store thread
+        assert holding.wait(5)
+        futures = []
+        for index, call in enumerate(calls):                 # queued one after the other, in this order
+            futures.append(pool.submit(store.call, call))
+            wait_until(lambda n=index + 1: store._queue.qsize() == n, 5, "the call queued")
+        release.set()
+        outcomes = []
+        for future in futures:
+            try:
+                outcomes.append(future.result(timeout=30))
+            except CurvineError as exc:
+                outcomes.append(exc)
+    store.stop()
+    assert store.batches == 2 and store.calls == len(calls) + 1        # the queued calls shared one batch
+    made, exists, no_parent, no_name, unlinked, again, c_ino, not_empty, d = outcomes
+    assert isinstance(exists, AlreadyExists) and str(exists) == "'a' exists in 1"
+    assert isinstance(no_parent, NotFound) and str(no_parent) == "no inode 999999"
+    assert isinstance(no_name, NotFound) and str(no_name) == "'nope' not found in 1"
+    assert isinstance(not_empty, DirectoryNotEmpty)
+    assert isinstance(made, Attr) and isinstance(again, Attr) and again.ino == made.ino
+    assert isinstance(unlinked, UnlinkResult) and unlinked.nlink == 0
+    assert c_ino == ns.lookup(ROOT_INO, "c").ino
+    assert isinstance(d, Attr) and d.type == FileType.DIRECTORY and d.nlink == 2
+    assert [e.name for e in ns.readdir(ROOT_INO)[0]] == ["a", "c", "d", "full"]
+    assert ns.getattr(ROOT_INO).nlink == 4
+    assert ns.check() == []

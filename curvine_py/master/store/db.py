@@ -194,14 +194,18 @@ class Database:
             yield
 
     @contextmanager
-    def batch(self, calls: int = 0) -> Iterator[None]:
+    def batch(self, calls: int = 0, *, deferring: bool = False) -> Iterator[None]:
         """Group commit: the operations run inside share one COMMIT (one fsync). The caller must not
         reply to any of them before this block has exited without an exception. `calls`: how many
         operations it will run, when known (a batch of one lets PostgreSQL commit a one-statement
-        call with that statement: pgconn.PgWriter.whole)."""
+        call with that statement: pgconn.PgWriter.whole). `deferring`: the caller resolves every
+        `pgfast.Deferred` answer after the block (storethread.py), so PostgreSQL may send a batch's
+        one-statement calls without waiting for each answer."""
         if self._db.in_transaction:
             raise RuntimeError("batch() inside a transaction")
         with self._immediate(single=calls == 1):
+            if self.engine is not None:
+                self._db.deferring = deferring
             yield
 
     @contextmanager

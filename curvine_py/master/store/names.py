@@ -105,7 +105,8 @@ class Names(Policies, Quotas):
         nlink = 2 if kind == FileType.DIRECTORY else 1
         rdev = rdev if kind in (FileType.CHARDEV, FileType.BLOCKDEV) else 0
         if pgfast.enabled(self):      # one statement; None: the name exists, decided below
-            made = pgfast.create(self, parent, name, kind, mode, uid, gid, size, nlink, rdev, target)
+            made = pgfast.create(self, parent, name, kind, mode, uid, gid, size, nlink, rdev, target,
+                                 exclusive=exclusive)
             if made is not None:
                 return made
         with self.transaction():

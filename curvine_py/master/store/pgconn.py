@@ -119,6 +119,8 @@ class PgWriter:
         self._open = False                # a transaction is open (BEGIN asked for, COMMIT/ROLLBACK not yet)
         self._lazy = False                # ... and its BEGIN is not sent yet (it travels with the first statement)
         self.single = False               # ... and it holds one call at most (Database.batch, pgfast.py)
+        self.deferring = False            # ... and its caller reads answers after COMMIT (pgfast.Deferred)
+        self._savepoints = 0              # SAVEPOINTs open in it
         self._idle_since = 0.0            # monotonic time the last transaction ended
 
     @property
@@ -174,9 +176,18 @@ class PgWriter:
         if self._pipeline is None:
             return self.guard(lambda: _run(self.conn, sql, params))
         cursor = self.guard(lambda: self.conn.execute(translate(sql), params or None))
-        if sql.startswith("RELEASE"):
+        if sql.startswith("SAVEPOINT"):
+            self._savepoints += 1
+        elif sql.startswith("RELEASE"):
+            self._savepoints -= 1
             self.sync()                   # the call's errors, before it counts as done
         return _Pending(cursor, self)
+
+    def can_defer(self) -> bool:
+        """A one-statement call may leave its answer unread until the batch's COMMIT: the batch's
+        caller resolves it (storethread.py), and no SAVEPOINT is open whose caller would want its
+        error now (CreateMany's creates)."""
+        return self._open and self.deferring and not self.single and self._savepoints == 0
 
     def _begin(self, sql: str) -> None:
         self.conn = self._ensure()
@@ -263,7 +274,8 @@ class PgWriter:
                     from None
             raise
         finally:
-            self._open = self._lazy = self.single = False
+            self._open = self._lazy = self.single = self.deferring = False
+            self._savepoints = 0
             self._idle_since = time.monotonic()
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Rows:
@@ -321,6 +333,10 @@ class PgReader:
         self._pinned: psycopg.Connection[Any] | None = None
         self._begun = False               # BEGIN sent on the pinned connection (it waits for the first read)
         self.single = False               # as PgWriter's (a reader's transactions are read-only anyway)
+        self.deferring = False
+
+    def can_defer(self) -> bool:
+        return False
 
     @property
     def in_transaction(self) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from curvine_py.core.errors import (
     AlreadyExists,
@@ -101,23 +101,66 @@ def _call(store: Names, sql: str, params: Sequence[Any]) -> tuple[Any, ...]:
     return row
 
 
+class Deferred:
+    """The answer of a one-statement call sent inside a batch without waiting for it
+    (PgWriter.can_defer): the store thread resolves it after the batch's COMMIT, whose one round trip
+    brings every answer, so a batch of k creates costs one round trip instead of k. The server runs
+    the statements in the order they were sent, so nothing after it in the batch sees another state
+    than if it had waited. Used inside its own call (an attribute of it), it reads its answer then."""
+
+    __slots__ = ("_answer", "_decode", "_error", "_pending")
+
+    def __init__(self, pending: Any, decode: Callable[[tuple[Any, ...]], Any]) -> None:
+        self._pending = pending
+        self._decode = decode
+        self._answer: Any = None
+        self._error: Exception | None = None
+
+    def resolve(self) -> Any:
+        """The call's result, or its error raised."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            try:
+                row = pending.fetchone()
+                assert row is not None, "a server-side function returns one row"
+                self._answer = self._decode(row)
+            except Exception as exc:  # noqa: BLE001 - kept: the call's own answer, raised below
+                self._error = exc
+        if self._error is not None:
+            raise self._error
+        return self._answer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.resolve(), name)
+
+
 def create(store: Names, parent: int, name: str, kind: FileType, mode: int, uid: int, gid: int,
-           size: int, nlink: int, rdev: int, target: str | None) -> Attr | None:
-    """A new inode and its name, or None when the name exists or the case is not covered."""
+           size: int, nlink: int, rdev: int, target: str | None, *, exclusive: bool) -> Attr | None:
+    """A new inode and its name, or None when the case is not covered (a name that exists, for an
+    O_CREAT without O_EXCL of a regular file: the general path decides)."""
     if not 0 < parent <= MAX_ID:
         raise NotFound(f"no inode {parent}")
     if not (_fits(mode, uid, gid, rdev) and _encodable(name, target or "")):
         return None
-    row = _call(store, "SELECT * FROM curvine_create(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (parent, name, int(kind), mode, uid, gid, size, nlink, rdev, target, store._now(), store.block_size))
-    status = row[0]
-    if status == 0:
-        return _attr(row[2:])
-    if status == 1:
-        raise NotFound(f"no inode {parent}")
-    if status == 2:
-        raise NotADirectory(f"inode {parent} is not a directory")
-    return None
+    definite = exclusive or kind != FileType.REGULAR     # an existing name is EEXIST, nothing else
+
+    def decode(row: tuple[Any, ...]) -> Attr | None:
+        status = row[0]
+        if status == 0:
+            return _attr(row[2:])
+        if status == 1:
+            raise NotFound(f"no inode {parent}")
+        if status == 2:
+            raise NotADirectory(f"inode {parent} is not a directory")
+        if definite:
+            raise AlreadyExists(f"{name!r} exists in {parent}")
+        return None
+
+    sql = "SELECT * FROM curvine_create(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    params = (parent, name, int(kind), mode, uid, gid, size, nlink, rdev, target, store._now(), store.block_size)
+    if definite and store._db.can_defer():
+        return cast(Attr, Deferred(store._db.execute(sql, params), decode))
+    return decode(_call(store, sql, params))
 
 
 def unlink(store: Names, parent: int, name: str, directory: bool, keep_orphan: bool,
@@ -126,9 +169,19 @@ def unlink(store: Names, parent: int, name: str, directory: bool, keep_orphan: b
         raise NotFound(f"no inode {parent}")
     if not _encodable(name, keeper):
         return None
-    status, ino, nlink = _call(store, "SELECT * FROM curvine_unlink(?, ?, ?, ?, ?, ?, ?)",
-                               (parent, name, directory, keep_orphan, keeper, store._now(),
-                                store.unlink_grace_ns > 0))
+    sql = "SELECT * FROM curvine_unlink(?, ?, ?, ?, ?, ?, ?)"
+    params = (parent, name, directory, keep_orphan, keeper, store._now(), store.unlink_grace_ns > 0)
+
+    def decode(row: tuple[Any, ...]) -> UnlinkResult:
+        return _unlinked(row, parent, name)
+
+    if store._db.can_defer():
+        return cast(UnlinkResult, Deferred(store._db.execute(sql, params), decode))
+    return decode(_call(store, sql, params))
+
+
+def _unlinked(row: tuple[Any, ...], parent: int, name: str) -> UnlinkResult:
+    status, ino, nlink = row
     if status == 0:
         return UnlinkResult(int(ino), int(nlink))
     if status == 1:
