@@ -300,6 +300,15 @@ class WorkerConnection:
         if header.length != length:
             raise LocalProtocolError(f"digest trailer: length {header.length} != payload of {length} bytes")
         head = frames.encode(op, request_id, header, length + frames.trailer_size(length))
+        if 0 < length <= layout.CHUNK_SIZE and self._kernel_timeouts:
+            # One chunk (most puts), plain TCP: one hash, one sendmsg of head, bytes and trailer,
+            # without send_all's list of casts; only a send cut short takes the general path.
+            trailer = frames.encode_trailer([layout.checksum(view)])
+            whole: list[bytes | memoryview] = [head, view, trailer]
+            sent = self._sock.sendmsg(whole)
+            if sent < len(head) + length + len(trailer):
+                blocking.send_all(self._sock, _unsent(whole, sent))
+            return
         # Each chunk is hashed right before it goes (still in cache); the head leaves with the first
         # chunk and the trailer with the last, one sendmsg each (a 1 MiB put: one syscall).
         chunk_digests: list[int] = []
@@ -325,6 +334,18 @@ class WorkerConnection:
             self._in.read_into(target)
             return target, None
         return target, digests.receive_and_digest(target, self._in.read_into)
+
+
+def _unsent(pieces: list[bytes | memoryview], sent: int) -> list[bytes | memoryview]:
+    """What is left of `pieces` after the first `sent` bytes went out."""
+    rest: list[bytes | memoryview] = []
+    for piece in pieces:
+        if sent >= len(piece):
+            sent -= len(piece)
+            continue
+        rest.append(memoryview(piece)[sent:] if sent else piece)
+        sent = 0
+    return rest
 
 
 class ConnectionPool:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from curvine_py.client.dataconn import ReplyStream, WorkerConnection
+from curvine_py.client.dataconn import ReplyStream, WorkerConnection, _unsent
 from curvine_py.core import frames, layout
 from curvine_py.core.errors import (
     InvalidArgument,
@@ -167,3 +167,21 @@ def test_reply_head_at_eof_is_unavailable(fake: FakeReplies) -> None:
     fake.theirs.shutdown(socket.SHUT_WR)
     with pytest.raises(Unavailable, match="closed inside a frame"):
         fake.stream.reply_head(Op.GET, 7, 1024)
+
+
+@pytest.mark.parametrize("size", [1, 4096, layout.CHUNK_SIZE - 1, layout.CHUNK_SIZE, layout.CHUNK_SIZE + 1])
+def test_puts_around_one_chunk_arrive_whole_and_verified(conn: WorkerConnection, size: int) -> None:
+    """Up to one chunk a put leaves in one sendmsg with its trailer; above, chunk by chunk: the
+    worker checks the trailer's digests either way and the bytes read back are the bytes sent."""
+    data = os.urandom(size)
+    put(conn, f"edge-{size}", data)
+    reply = conn.request(Op.GET, DataHeader(key=f"edge-{size}"), digest=True)
+    assert reply.header.found and bytes(reply.payload or b"") == data
+
+
+def test_a_send_cut_short_resumes_at_the_first_unsent_byte() -> None:
+    head, body, tail = b"head", memoryview(b"0123456789"), b"tr"
+    pieces: list[bytes | memoryview] = [head, body, tail]
+    joined = b"head0123456789tr"
+    for sent in range(len(joined)):
+        assert b"".join(bytes(p) for p in _unsent(pieces, sent)) == joined[sent:]
