@@ -11,6 +11,45 @@ from curvine_py.master.types import (
     WorkerInfo,
 )
 
+# Each check: the message a problem row fills in (str.format), and the query whose every row is one problem.
+_CHECKS: tuple[tuple[str, str], ...] = (
+    ("dentry points to missing inode {0}",
+     "SELECT DISTINCT d.ino FROM dentries d LEFT JOIN inodes i ON i.ino = d.ino WHERE i.ino IS NULL"),
+    ("dentry under missing or non-directory inode {0}",
+     ("SELECT DISTINCT d.parent FROM dentries d LEFT JOIN inodes i ON i.ino = d.parent "
+      "WHERE i.ino IS NULL OR i.type != 2")),
+    ("inode {0}: nlink {1} does not match its names",
+     ("SELECT i.ino, i.nlink FROM inodes i WHERE i.type != 2 AND i.nlink != "
+      "(SELECT COUNT(*) FROM dentries d WHERE d.ino = i.ino)")),
+    ("directory {0}: nlink {1} does not match its subdirectories",
+     ("SELECT i.ino, i.nlink FROM inodes i WHERE i.type = 2 AND i.nlink != 2 + "
+      "(SELECT COUNT(*) FROM dentries d JOIN inodes c ON c.ino = d.ino "
+      "WHERE d.parent = i.ino AND c.type = 2)")),
+    ("directory {0} has {1} names",
+     ("SELECT d.ino, COUNT(*) FROM dentries d JOIN inodes i ON i.ino = d.ino "
+      "WHERE i.type = 2 GROUP BY d.ino HAVING COUNT(*) > 1")),
+    ("inode {0} is unreachable and not an orphan",
+     ("SELECT i.ino FROM inodes i WHERE i.ino != 1 AND i.orphan = 0 AND NOT EXISTS "
+      "(SELECT 1 FROM dentries d WHERE d.ino = i.ino)")),
+    ("directory {0}: parent column does not match its dentry",
+     ("SELECT i.ino FROM inodes i WHERE i.type = 2 AND i.ino != 1 AND NOT EXISTS "
+      "(SELECT 1 FROM dentries d WHERE d.ino = i.ino AND d.parent = i.parent)")),
+    ("block {0} of a missing inode",
+     "SELECT b.block_id FROM blocks b LEFT JOIN inodes i ON i.ino = b.ino WHERE i.ino IS NULL"),
+    ("location of unknown block {0}",
+     ("SELECT l.block_id FROM locations l WHERE NOT EXISTS "
+      "(SELECT 1 FROM blocks b WHERE b.block_id = l.block_id)")),
+    ("xattrs of missing inode {0}",
+     "SELECT DISTINCT x.ino FROM xattrs x LEFT JOIN inodes i ON i.ino = x.ino WHERE i.ino IS NULL"),
+    ("quota on missing or non-directory inode {0}",
+     ("SELECT q.ino FROM quotas q LEFT JOIN inodes i ON i.ino = q.ino "
+      "WHERE i.ino IS NULL OR i.type != 2 OR i.orphan != 0")),
+    ("inode {0}: {1} stored bytes recorded, its blocks hold {2}",
+     ("SELECT i.ino, i.stored, COALESCE(SUM(b.length), 0) FROM inodes i "
+      "LEFT JOIN blocks b ON b.ino = i.ino GROUP BY i.ino, i.stored "
+      "HAVING i.stored != COALESCE(SUM(b.length), 0)")),
+)
+
 
 class Checks(Quotas):
     """Counts and checks over the whole database."""
@@ -33,46 +72,7 @@ class Checks(Quotas):
 
     def check(self) -> list[str]:
         """Consistency check (fsck of the namespace): returns the problems found, [] when sound."""
-        problems: list[str] = []
-        q = self._db.execute
-        for (ino,) in q("SELECT DISTINCT d.ino FROM dentries d LEFT JOIN inodes i ON i.ino = d.ino "
-                        "WHERE i.ino IS NULL"):
-            problems.append(f"dentry points to missing inode {ino}")
-        for (parent,) in q("SELECT DISTINCT d.parent FROM dentries d LEFT JOIN inodes i ON i.ino = d.parent "
-                           "WHERE i.ino IS NULL OR i.type != 2"):
-            problems.append(f"dentry under missing or non-directory inode {parent}")
-        for ino, nlink in q("SELECT i.ino, i.nlink FROM inodes i WHERE i.type != 2 AND i.nlink != "
-                            "(SELECT COUNT(*) FROM dentries d WHERE d.ino = i.ino)"):
-            problems.append(f"inode {ino}: nlink {nlink} does not match its names")
-        for ino, nlink in q("SELECT i.ino, i.nlink FROM inodes i WHERE i.type = 2 AND i.nlink != 2 + "
-                            "(SELECT COUNT(*) FROM dentries d JOIN inodes c ON c.ino = d.ino "
-                            "WHERE d.parent = i.ino AND c.type = 2)"):
-            problems.append(f"directory {ino}: nlink {nlink} does not match its subdirectories")
-        for ino, count in q("SELECT d.ino, COUNT(*) FROM dentries d JOIN inodes i ON i.ino = d.ino "
-                            "WHERE i.type = 2 GROUP BY d.ino HAVING COUNT(*) > 1"):
-            problems.append(f"directory {ino} has {count} names")
-        for (ino,) in q("SELECT i.ino FROM inodes i WHERE i.ino != 1 AND i.orphan = 0 AND NOT EXISTS "
-                        "(SELECT 1 FROM dentries d WHERE d.ino = i.ino)"):
-            problems.append(f"inode {ino} is unreachable and not an orphan")
-        for (ino,) in q("SELECT i.ino FROM inodes i WHERE i.type = 2 AND i.ino != 1 AND NOT EXISTS "
-                        "(SELECT 1 FROM dentries d WHERE d.ino = i.ino AND d.parent = i.parent)"):
-            problems.append(f"directory {ino}: parent column does not match its dentry")
-        for (block_id,) in q("SELECT b.block_id FROM blocks b LEFT JOIN inodes i ON i.ino = b.ino "
-                             "WHERE i.ino IS NULL"):
-            problems.append(f"block {block_id} of a missing inode")
-        for (block_id,) in q("SELECT l.block_id FROM locations l WHERE NOT EXISTS "
-                             "(SELECT 1 FROM blocks b WHERE b.block_id = l.block_id)"):
-            problems.append(f"location of unknown block {block_id}")
-        for (ino,) in q("SELECT DISTINCT x.ino FROM xattrs x LEFT JOIN inodes i ON i.ino = x.ino "
-                        "WHERE i.ino IS NULL"):
-            problems.append(f"xattrs of missing inode {ino}")
-        for (ino,) in q("SELECT q.ino FROM quotas q LEFT JOIN inodes i ON i.ino = q.ino "
-                        "WHERE i.ino IS NULL OR i.type != 2 OR i.orphan != 0"):
-            problems.append(f"quota on missing or non-directory inode {ino}")
-        for ino, stored, held in q("SELECT i.ino, i.stored, COALESCE(SUM(b.length), 0) FROM inodes i "
-                                   "LEFT JOIN blocks b ON b.ino = i.ino GROUP BY i.ino, i.stored "
-                                   "HAVING i.stored != COALESCE(SUM(b.length), 0)"):
-            problems.append(f"inode {ino}: {stored} stored bytes recorded, its blocks hold {held}")
+        problems = [message.format(*row) for message, sql in _CHECKS for row in self._db.execute(sql)]
         for quota, size, inodes in self.recount_quotas():
             problems.append(f"quota of {quota.path}: counts {quota.used_bytes} bytes {quota.used_inodes} "
                             f"inodes, the subtree holds {size} bytes {inodes} inodes")
