@@ -84,78 +84,82 @@ def test_fifty_thousand_random_operations_match_a_local_directory(tmp_path: path
         spent: dict[str, float] = {}
 
         def fail(message: str) -> None:
-            raise AssertionError(f"seed {SEED}, step {step}: {message}\nlast operations:\n" + "\n".join(history))
+            raise AssertionError(f"seed {SEED}, step {step}: {message}\nlast operations:\n" + "\n".join(history)
+                                 + "\n--- mount log ---\n" + mount.log[-6000:])
 
         def same(what: str, remote: object, here: object) -> None:
             if remote != here:
                 fail(f"{what} differs: mount {_short(remote)} vs local {_short(here)}")
 
         for step in range(OPS):
-            step_started = time.monotonic()
-            index = rng.randrange(FILES)
-            pair = pairs[index]
-            size = pair.sizes()[1]
-            roll = rng.random()
-            touched: tuple[int, int] | None = None
-            if roll < 0.42:                                         # write, sometimes past the end
-                offset = rng.randrange(0, min(MAX_SIZE, size + (1 << 20)) + 1)
-                length = rng.choice((1, 7, 512, 4096, 65536, rng.randrange(1, 300_000)))
-                length = max(1, min(length, MAX_SIZE - offset))
-                data = rng.randbytes(length)
-                history.append(f"f{index} pwrite off={offset} len={length} (size {size})")
-                same("written count", os.pwrite(pair.fds[0], data, offset), os.pwrite(pair.fds[1], data, offset))
-                touched = (offset, length)
-            elif roll < 0.74:                                       # read
-                offset = rng.randrange(0, size + 4096)
-                length = rng.choice((1, 100, 4096, 131072, rng.randrange(1, 1 << 20)))
-                history.append(f"f{index} pread off={offset} len={length} (size {size})")
-                remote, here = pair.pread(offset, length)
-                same("pread", remote, here)
-            elif roll < 0.78:                                       # truncate: shrink or grow
-                new_size = rng.choice((0, rng.randrange(0, size + 1), rng.randrange(0, MAX_SIZE)))
-                history.append(f"f{index} ftruncate {size} -> {new_size}")
-                os.ftruncate(pair.fds[0], new_size)
-                os.ftruncate(pair.fds[1], new_size)
-                touched = (max(0, new_size - 4096), 8192)
-            elif roll < 0.80 and size > 0:                          # mmap write inside the file
-                offset = rng.randrange(0, size)
-                length = max(1, min(rng.randrange(1, 20_000), size - offset))
-                data = rng.randbytes(length)
-                history.append(f"f{index} mmap write off={offset} len={length} (size {size})")
-                mmap_write(pair.fds[0], offset, data)
-                mmap_write(pair.fds[1], offset, data)
-                touched = (offset, length)
-            elif roll < 0.92 and size > 0:                          # mmap read
-                offset = rng.randrange(0, size)
-                length = rng.randrange(1, 200_000)
-                history.append(f"f{index} mmap read off={offset} len={length} (size {size})")
-                same("mmap read", mmap_read(pair.fds[0], offset, length), mmap_read(pair.fds[1], offset, length))
-            elif roll < 0.94:                                       # truncate by path, from "outside"
-                new_size = rng.randrange(0, MAX_SIZE)
-                history.append(f"f{index} truncate(path) {size} -> {new_size}")
-                os.truncate(pair.paths[0], new_size)
-                os.truncate(pair.paths[1], new_size)
-                touched = (max(0, min(size, new_size) - 4096), 8192)
-            elif roll < 0.97:
-                history.append(f"f{index} fsync")
-                os.fsync(pair.fds[0])
-            else:                                                   # close and reopen: commit + refetch
-                history.append(f"f{index} close/reopen")
-                pair.close()
-                pair.open()
-                remote, here = pair.whole()
-                same(f"f{index} after reopen", remote, here)
-            same(f"f{index} size", *pair.sizes())
-            if touched is not None:
-                offset, length = touched
-                remote, here = pair.pread(max(0, offset - 100), length + 200)
-                same(f"f{index} touched range", remote, here)
-            kind = history[-1].split(" ", 2)[1] if history else "?"
-            spent[kind] = spent.get(kind, 0.0) + time.monotonic() - step_started
-            if step % FULL_CHECK_EVERY == FULL_CHECK_EVERY - 1:
-                for i, other in enumerate(pairs):
-                    remote, here = other.whole()
-                    same(f"f{i} whole file", remote, here)
+            try:
+                step_started = time.monotonic()
+                index = rng.randrange(FILES)
+                pair = pairs[index]
+                size = pair.sizes()[1]
+                roll = rng.random()
+                touched: tuple[int, int] | None = None
+                if roll < 0.42:                                         # write, sometimes past the end
+                    offset = rng.randrange(0, min(MAX_SIZE, size + (1 << 20)) + 1)
+                    length = rng.choice((1, 7, 512, 4096, 65536, rng.randrange(1, 300_000)))
+                    length = max(1, min(length, MAX_SIZE - offset))
+                    data = rng.randbytes(length)
+                    history.append(f"f{index} pwrite off={offset} len={length} (size {size})")
+                    same("written count", os.pwrite(pair.fds[0], data, offset), os.pwrite(pair.fds[1], data, offset))
+                    touched = (offset, length)
+                elif roll < 0.74:                                       # read
+                    offset = rng.randrange(0, size + 4096)
+                    length = rng.choice((1, 100, 4096, 131072, rng.randrange(1, 1 << 20)))
+                    history.append(f"f{index} pread off={offset} len={length} (size {size})")
+                    remote, here = pair.pread(offset, length)
+                    same("pread", remote, here)
+                elif roll < 0.78:                                       # truncate: shrink or grow
+                    new_size = rng.choice((0, rng.randrange(0, size + 1), rng.randrange(0, MAX_SIZE)))
+                    history.append(f"f{index} ftruncate {size} -> {new_size}")
+                    os.ftruncate(pair.fds[0], new_size)
+                    os.ftruncate(pair.fds[1], new_size)
+                    touched = (max(0, new_size - 4096), 8192)
+                elif roll < 0.80 and size > 0:                          # mmap write inside the file
+                    offset = rng.randrange(0, size)
+                    length = max(1, min(rng.randrange(1, 20_000), size - offset))
+                    data = rng.randbytes(length)
+                    history.append(f"f{index} mmap write off={offset} len={length} (size {size})")
+                    mmap_write(pair.fds[0], offset, data)
+                    mmap_write(pair.fds[1], offset, data)
+                    touched = (offset, length)
+                elif roll < 0.92 and size > 0:                          # mmap read
+                    offset = rng.randrange(0, size)
+                    length = rng.randrange(1, 200_000)
+                    history.append(f"f{index} mmap read off={offset} len={length} (size {size})")
+                    same("mmap read", mmap_read(pair.fds[0], offset, length), mmap_read(pair.fds[1], offset, length))
+                elif roll < 0.94:                                       # truncate by path, from "outside"
+                    new_size = rng.randrange(0, MAX_SIZE)
+                    history.append(f"f{index} truncate(path) {size} -> {new_size}")
+                    os.truncate(pair.paths[0], new_size)
+                    os.truncate(pair.paths[1], new_size)
+                    touched = (max(0, min(size, new_size) - 4096), 8192)
+                elif roll < 0.97:
+                    history.append(f"f{index} fsync")
+                    os.fsync(pair.fds[0])
+                else:                                                   # close and reopen: commit + refetch
+                    history.append(f"f{index} close/reopen")
+                    pair.close()
+                    pair.open()
+                    remote, here = pair.whole()
+                    same(f"f{index} after reopen", remote, here)
+                same(f"f{index} size", *pair.sizes())
+                if touched is not None:
+                    offset, length = touched
+                    remote, here = pair.pread(max(0, offset - 100), length + 200)
+                    same(f"f{index} touched range", remote, here)
+                kind = history[-1].split(" ", 2)[1] if history else "?"
+                spent[kind] = spent.get(kind, 0.0) + time.monotonic() - step_started
+                if step % FULL_CHECK_EVERY == FULL_CHECK_EVERY - 1:
+                    for i, other in enumerate(pairs):
+                        remote, here = other.whole()
+                        same(f"f{i} whole file", remote, here)
+            except OSError as error:      # a call the mount failed: say which, with its log
+                fail(f"{error!r}")
         for pair in pairs:
             pair.close()
         for i in range(FILES):
