@@ -13,12 +13,16 @@ with the same congestion control. Per sample, on fresh keys stored first (untime
 every chunk verified against its source after the clock stops; the two orders alternate per
 repeat and the backends rotate. Ratios are stock time / native time per repeat, medians.
 
-Part B, on loopback (mount, worker and client on one host; the mount's node name is not the
-worker's: its data plane is TCP): chunks stored through one mount (node "bench-writer"), then read
-by LMCache's `fs://` connector through another mount (node "bench-client"): the first read on that
+Part B, on loopback (mounts, worker and client on one host, one network namespace): chunks stored
+through one mount (node "bench-writer"), then read by LMCache's `fs://` connector through one of two
+reader mounts: node "bench-client" (a reader on another node than the owner: its data plane is
+TCP) or node "bench-worker", the worker's own (a reader on the owner's node: blocks are read through
+the descriptors the worker passes over its unix socket, fuse/localfds.py). The first read on that
 node is cold (nothing of the chunk in its kernel cache), the second is warm (unchanged chunks: the
 mount keeps the page cache across opens). Beside them, the native plugin's batched get of the same
-number of chunks in the same repeat.
+number of chunks in the same repeats (node "bench-client": TCP). Around each cold read the child
+scrapes the worker's and that reader mount's counters: READ_BLOCKs per FUSE read, and the worker's
+open short-circuit connections, say whether short-circuit engaged.
 
 Writes bench/results/lmcache-same-tcp.json and its section of docs/benchmarks.md (`--quick`: a
 .quick.json and no doc).
@@ -175,11 +179,26 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         return {"single_s": metered("raw", "single", lambda: raw_gets(False)),
                 "verified_s": metered("raw", "verified", lambda: raw_gets(True))}
 
+    scrapes: dict[str, str] = spec.get("scrape", {})
+    counted: dict[str, list[dict[str, float]]] = {}
+
+    def cold_counted(name: str, keys: list[Any]) -> float:
+        """A cold read, with the deltas of the worker's and `name`'s mount counters around it."""
+        ends = {"worker": scrapes["worker"], "mount": scrapes[name]} if name in scrapes else {}
+        before = {end: scrape(url) for end, url in ends.items()}
+        seconds = timed(name, "batched", keys)
+        after = {end: scrape(url) for end, url in ends.items()}
+        if ends:
+            delta = {f"{end}:{k}": v - before[end].get(k, 0.0) for end in ends for k, v in after[end].items()}
+            delta["worker:shortcircuit_open"] = after["worker"].get(SHORTCIRCUIT_OPEN, 0.0)
+            counted.setdefault(name, []).append(delta)
+        return seconds
+
     def sample(name: str, r: int) -> dict[str, float]:
         keys = put(name)
         try:
             if name in writers:     # fs://: written through another mount, read here twice
-                return {"cold_s": timed(name, "batched", keys), "warm_s": timed(name, "batched", keys)}
+                return {"cold_s": cold_counted(name, keys), "warm_s": timed(name, "batched", keys)}
             order = ("single", "batched") if r % 2 == 0 else ("batched", "single")
             return {f"{how}_s": timed(name, how, keys) for how in order}
         finally:
@@ -192,6 +211,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     if raw_sock is not None:
         raw_sample()
     cpu_used.clear()      # the repeats' CPU only
+    counted.clear()
     out: dict[str, Any] = {"chunk_bytes": size, "count": count, "backends": {name: [] for name in backends}}
     if raw_sock is not None:
         out["backends"]["raw"] = []
@@ -201,6 +221,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             out["backends"][name].append(raw_sample() if name == "raw" else sample(name, r))
         print(f"  repeat {r + 1}/{repeats} done", file=sys.stderr, flush=True)
     out["cpu_s_per_gb"] = cpu_used
+    out["cold_counters"] = counted
     return out
 
 
@@ -275,28 +296,41 @@ def fs_rows(root: pathlib.Path, args: Any) -> dict[str, Any]:
     from tests.harness import Cluster
 
     with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(Cluster(root / "cluster-fs", workers=1, node_names=["bench-worker"],
+        cluster = stack.enter_context(Cluster(root / "cluster-fs", workers=1, node_names=[WORKER_NODE],
                                               worker_args=["--metrics-port", "-1"]))
         cluster.wait_for_live_workers(1)
         client = cluster.client()
         client.fs.mkdir("/lmcache")
         client.fs.set_policy("/lmcache", cpb.Policy(storage_class=cpb.CACHE))
-        writer_mnt, reader_mnt = root / "mnt-writer", root / "mnt-reader"
+        writer_mnt, reader_mnt, local_mnt = root / "mnt-writer", root / "mnt-reader", root / "mnt-local"
         stack.enter_context(Mount(cluster.master_address, writer_mnt, args=["--node", "bench-writer"]))
         reader = stack.enter_context(Mount(cluster.master_address, reader_mnt,
                                            args=["--node", "bench-client", "--metrics-port", "-1"]))
+        # The worker's node name: the mount finds the owner's unix socket in the master's view
+        # (same host, same file system) and reads its blocks by descriptor.
+        local = stack.enter_context(Mount(cluster.master_address, local_mnt,
+                                          args=["--node", WORKER_NODE, "--metrics-port", "-1"]))
         backends = [plugin_entry("native", cluster.master_address, node="bench-client"),
                     {"name": "fs_write", "url": f"fs://localhost:0{writer_mnt}/lmcache"},
-                    {"name": "fs_read", "url": f"fs://localhost:0{reader_mnt}/lmcache", "writer": "fs_write"}]
-        spec = {"geometry": LLAMA_8B, "count": args.count, "repeats": args.repeats, "backends": backends}
-        print(f"fs:// cold/warm vs native on loopback, {args.count} x {chunk_bytes(LLAMA_8B) >> 20} MiB, "
-              f"{args.repeats} repeats", file=sys.stderr, flush=True)
+                    {"name": "fs_read", "url": f"fs://localhost:0{reader_mnt}/lmcache", "writer": "fs_write"},
+                    {"name": "fs_local", "url": f"fs://localhost:0{local_mnt}/lmcache", "writer": "fs_write"}]
         worker = cluster.workers[0]
-        assert worker is not None and reader.process is not None
-        endpoints = {"mount": reader.process.field("metrics"), "worker": worker.field("metrics")}
+        assert worker is not None and reader.process is not None and local.process is not None
+        endpoints = {"mount": reader.process.field("metrics"), "worker": worker.field("metrics"),
+                     "mount_local": local.process.field("metrics")}
+        spec = {"geometry": LLAMA_8B, "count": args.count, "repeats": args.repeats, "backends": backends,
+                "scrape": {"worker": endpoints["worker"], "fs_read": endpoints["mount"],
+                           "fs_local": endpoints["mount_local"]}}
+        print(f"fs:// cold/warm (reader on another node, on the owner's node) vs native on loopback, "
+              f"{args.count} x {chunk_bytes(LLAMA_8B) >> 20} MiB, {args.repeats} repeats", file=sys.stderr, flush=True)
         before = {name: scrape(url) for name, url in endpoints.items()}
         result = run_child(spec)
         after = {name: scrape(url) for name, url in endpoints.items()}
+        # Whether short-circuit engaged, from the kernel's side: unix connections from each reader
+        # mount's process to the worker's short-circuit socket, while both are still up.
+        result["unix_links"] = {name: unix_links(mount.process.process.pid, worker.process.pid)
+                                for name, mount in (("fs_read", reader), ("fs_local", local))
+                                if mount.process is not None}
         result["backends"].pop("fs_write", None)   # only the writer of fs_read's chunks
         # Where a cold read's time goes: the reader mount's FUSE reads (warm reads never reach
         # it: the kernel's page cache answers them) and the worker's block reads behind them.
@@ -305,7 +339,29 @@ def fs_rows(root: pathlib.Path, args: Any) -> dict[str, Any]:
         return result
 
 
-COUNTERS = ('curvine_mount_requests_total{op="read"}', 'curvine_mount_request_duration_seconds_sum{op="read"}',
+def unix_links(client_pid: int, server_pid: int) -> int:
+    """Established unix stream connections from `client_pid` to a worker.sock that `server_pid`
+    listens on (`ss -xp`: the accepted end names the socket path, the two ends name each other's
+    inode)."""
+    out = subprocess.run(["ss", "-xpnH", "state", "established"], capture_output=True, text=True,
+                         check=True).stdout
+    served, clients = set(), []
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) < 7 or fields[0] != "u_str":
+            continue
+        local, inode, peer = fields[3], fields[4], fields[6]
+        if local.endswith("/worker.sock") and f"pid={server_pid}," in line:
+            served.add(inode)
+        elif f"pid={client_pid}," in line:
+            clients.append(peer)
+    return sum(1 for peer in clients if peer in served)
+
+
+WORKER_NODE = "bench-worker"
+FS_READERS = {"fs_read": "reader on another node (TCP)", "fs_local": "reader on the owner's node (short-circuit)"}
+SHORTCIRCUIT_OPEN = 'curvine_open_connections{listener="shortcircuit"}'
+COUNTERS = (SHORTCIRCUIT_OPEN, 'curvine_mount_requests_total{op="read"}', 'curvine_mount_request_duration_seconds_sum{op="read"}',
             'curvine_mount_requests_total{op="open"}', 'curvine_mount_request_duration_seconds_sum{op="open"}',
             'curvine_mount_requests_total{op="lookup"}', 'curvine_sent_bytes_total{way="mount"}',
             'curvine_operation_duration_seconds_count{op="read_block"}',
@@ -361,31 +417,46 @@ def summarize(part_a: list[dict[str, Any]], part_b: dict[str, Any] | None) -> di
         row["paths"] = paths
         out["same_tcp"][run["cc"]] = row
     if part_b is not None:
-        native, fs = part_b["backends"]["native"], part_b["backends"]["fs_read"]
+        native = part_b["backends"]["native"]
         nbytes = part_b["chunk_bytes"] * part_b["count"]
-        out["fs"] = {
-            "native_batched_gbps": common.median(common.gbps(nbytes, s["batched_s"]) for s in native),
-            **{f"{how}_gbps": common.median(common.gbps(nbytes, s[f"{how}_s"]) for s in fs) for how in ("cold", "warm")},
-            **{f"{how}_ratio": common.median(a["batched_s"] / b[f"{how}_s"] for a, b in zip(native, fs, strict=True))
-               for how in ("cold", "warm")},
-        }
-        counters = part_b.get("counters", {})
-        mount, worker = counters.get("mount", {}), counters.get("worker", {})
-        reads = mount.get('curvine_mount_requests_total{op="read"}', 0.0)
-        blocks = worker.get('curvine_operation_duration_seconds_count{op="read_block"}', 0.0)
-        if reads and blocks:
-            out["fs"]["where"] = {
-                "fuse_reads": reads,
-                "fuse_read_kib": mount.get('curvine_sent_bytes_total{way="mount"}', 0.0) / reads / 1024,
-                "fuse_read_us": mount.get('curvine_mount_request_duration_seconds_sum{op="read"}', 0.0) / reads * 1e6,
-                "opens": mount.get('curvine_mount_requests_total{op="open"}', 0.0),
-                "open_us": (mount.get('curvine_mount_request_duration_seconds_sum{op="open"}', 0.0)
-                            / max(1.0, mount.get('curvine_mount_requests_total{op="open"}', 0.0)) * 1e6),
-                "block_reads": blocks,
-                "block_read_us": worker.get('curvine_operation_duration_seconds_sum{op="read_block"}', 0.0)
-                / blocks * 1e6,
+        out["fs"] = {"native_batched_gbps": common.median(common.gbps(nbytes, s["batched_s"]) for s in native),
+                     "readers": {}}
+        for name in FS_READERS:
+            fs = part_b["backends"].get(name)
+            if not fs:
+                continue
+            row = {
+                **{f"{how}_gbps": common.median(common.gbps(nbytes, s[f"{how}_s"]) for s in fs)
+                   for how in ("cold", "warm")},
+                **{f"{how}_ratio": common.median(a["batched_s"] / b[f"{how}_s"]
+                                                 for a, b in zip(native, fs, strict=True))
+                   for how in ("cold", "warm")},
             }
+            where = cold_where(part_b.get("cold_counters", {}).get(name, []))
+            if where:
+                row["where"] = where
+            row["unix_links"] = part_b.get("unix_links", {}).get(name)
+            out["fs"]["readers"][name] = row
     return out
+
+
+def cold_where(deltas: list[dict[str, float]]) -> dict[str, float] | None:
+    """Medians over the repeats' cold reads of one reader: its mount's FUSE reads and the worker's
+    READ_BLOCKs behind them, and the worker's open short-circuit connections after the read."""
+    def med(key: str) -> float:
+        return common.median(d.get(key, 0.0) for d in deltas)
+
+    reads = med('mount:curvine_mount_requests_total{op="read"}')
+    if not deltas or not reads:
+        return None
+    blocks = med('worker:curvine_operation_duration_seconds_count{op="read_block"}')
+    return {"fuse_reads": reads,
+            "fuse_read_kib": med('mount:curvine_sent_bytes_total{way="mount"}') / reads / 1024,
+            "fuse_read_us": med('mount:curvine_mount_request_duration_seconds_sum{op="read"}') / reads * 1e6,
+            "block_reads": blocks,
+            "block_read_us": (med('worker:curvine_operation_duration_seconds_sum{op="read_block"}')
+                              / max(1.0, blocks) * 1e6),
+            "shortcircuit_open": med("worker:shortcircuit_open")}
 
 
 def _verdict(value: float, target: float) -> str:
@@ -425,28 +496,35 @@ def render(payload: dict[str, Any]) -> str:
     ]
     fs = s["fs"]
     if fs:
+        readers = fs["readers"]
+        rows = [["native plugin (TCP), batched get", "", f"{fs['native_batched_gbps']:.2f}", "1.00x"]]
+        for name, r in readers.items():
+            rows += [[f"`fs://`, {FS_READERS[name]}", "cold (first read on the node)", f"{r['cold_gbps']:.2f}",
+                      _verdict(r["cold_ratio"], TARGETS["fs_cold"])],
+                     [f"`fs://`, {FS_READERS[name]}", "warm (second read, unchanged chunks)",
+                      f"{r['warm_gbps']:.2f}", _verdict(r["warm_ratio"], TARGETS["fs_warm"])]]
         lines += [
             "",
             (f"`fs://` over the mount, on loopback ({p['count']} x {mib} MiB written through another mount, then "
-             "read by LMCache's fs connector through this one: the first read cold, the second warm), against the "
-             "native plugin's batched get in the same repeats:"),
+             "read by LMCache's fs connector through a reader mount: the first read cold, the second warm), "
+             "against the native plugin's batched get (TCP) in the same repeats. Two reader mounts: one with "
+             "another node name than the worker's (TCP), one with the worker's (short-circuit, "
+             "fuse/localfds.py); ratio = median of per-repeat ratios:"),
             "",
-            common.table(["path", "GB/s", "vs native plugin get"], [
-                ["native plugin (TCP), batched get", f"{fs['native_batched_gbps']:.2f}", "1.00x"],
-                ["`fs://` cold (first read on the node)", f"{fs['cold_gbps']:.2f}",
-                 _verdict(fs["cold_ratio"], TARGETS["fs_cold"])],
-                ["`fs://` warm (second read, unchanged chunks)", f"{fs['warm_gbps']:.2f}",
-                 _verdict(fs["warm_ratio"], TARGETS["fs_warm"])],
-            ]),
+            common.table(["reader", "read", "GB/s", "vs native plugin get"], rows),
         ]
-        where = fs.get("where")
-        if where:
-            lines += ["", (
-                f"Counters over the whole run (reader mount and worker /metrics; warm reads never reach the mount): "
-                f"{where['fuse_reads']:,.0f} FUSE reads of {where['fuse_read_kib']:.0f} KiB on average, "
-                f"{where['fuse_read_us']:.0f} us each in the mount's handler; {where['opens']:,.0f} opens, "
-                f"{where['open_us']:.0f} us each; behind them {where['block_reads']:,.0f} READ_BLOCKs on the worker, "
-                f"{where['block_read_us']:.0f} us each (from header to reply sent).")]
+        notes = []
+        for name, r in readers.items():
+            w = r.get("where")
+            if w:
+                notes.append(
+                    f"{FS_READERS[name]}: {w['fuse_reads']:,.0f} FUSE reads of {w['fuse_read_kib']:.0f} KiB, "
+                    f"{w['fuse_read_us']:.0f} us each in the mount's handler; {w['block_reads']:,.0f} READ_BLOCKs "
+                    f"on the worker, {w['block_read_us']:.0f} us each; {r.get('unix_links') or 0} unix "
+                    "connection(s) from this mount to the worker's short-circuit socket (`ss -xp`, after the run)")
+        if notes:
+            lines += ["", ("Counters per cold read (medians over the repeats; the reader mount's and the worker's "
+                           "/metrics around it; warm reads never reach the mount): " + "; ".join(notes) + ".")]
     return "\n".join(lines)
 
 
