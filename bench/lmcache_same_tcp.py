@@ -182,8 +182,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     scrapes: dict[str, str] = spec.get("scrape", {})
     counted: dict[str, list[dict[str, float]]] = {}
 
-    def cold_counted(name: str, keys: list[Any]) -> float:
-        """A cold read, with the deltas of the worker's and `name`'s mount counters around it."""
+    def counted_read(name: str, keys: list[Any], how: str) -> float:
+        """A read of `name` (how: cold or warm), with the deltas of the worker's and `name`'s mount
+        counters around it, kept under name/how."""
         ends = {"worker": scrapes["worker"], "mount": scrapes[name]} if name in scrapes else {}
         before = {end: scrape(url) for end, url in ends.items()}
         seconds = timed(name, "batched", keys)
@@ -191,14 +192,14 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         if ends:
             delta = {f"{end}:{k}": v - before[end].get(k, 0.0) for end in ends for k, v in after[end].items()}
             delta["worker:shortcircuit_open"] = after["worker"].get(SHORTCIRCUIT_OPEN, 0.0)
-            counted.setdefault(name, []).append(delta)
+            counted.setdefault(f"{name}/{how}", []).append(delta)
         return seconds
 
     def sample(name: str, r: int) -> dict[str, float]:
         keys = put(name)
         try:
             if name in writers:     # fs://: written through another mount, read here twice
-                return {"cold_s": cold_counted(name, keys), "warm_s": timed(name, "batched", keys)}
+                return {"cold_s": counted_read(name, keys, "cold"), "warm_s": counted_read(name, keys, "warm")}
             order = ("single", "batched") if r % 2 == 0 else ("batched", "single")
             return {f"{how}_s": timed(name, how, keys) for how in order}
         finally:
@@ -221,7 +222,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             out["backends"][name].append(raw_sample() if name == "raw" else sample(name, r))
         print(f"  repeat {r + 1}/{repeats} done", file=sys.stderr, flush=True)
     out["cpu_s_per_gb"] = cpu_used
-    out["cold_counters"] = counted
+    out["read_counters"] = counted
     return out
 
 
@@ -432,9 +433,12 @@ def summarize(part_a: list[dict[str, Any]], part_b: dict[str, Any] | None) -> di
                                                  for a, b in zip(native, fs, strict=True))
                    for how in ("cold", "warm")},
             }
-            where = cold_where(part_b.get("cold_counters", {}).get(name, []))
+            counted = part_b.get("read_counters", {})
+            where = cold_where(counted.get(f"{name}/cold", []))
             if where:
                 row["where"] = where
+                row["warm_fuse_reads"] = common.median(
+                    d.get('mount:curvine_mount_requests_total{op="read"}', 0.0) for d in counted[f"{name}/warm"])
             row["unix_links"] = part_b.get("unix_links", {}).get(name)
             out["fs"]["readers"][name] = row
     return out
@@ -521,10 +525,11 @@ def render(payload: dict[str, Any]) -> str:
                     f"{FS_READERS[name]}: {w['fuse_reads']:,.0f} FUSE reads of {w['fuse_read_kib']:.0f} KiB, "
                     f"{w['fuse_read_us']:.0f} us each in the mount's handler; {w['block_reads']:,.0f} READ_BLOCKs "
                     f"on the worker, {w['block_read_us']:.0f} us each; {r.get('unix_links') or 0} unix "
-                    "connection(s) from this mount to the worker's short-circuit socket (`ss -xp`, after the run)")
+                    "connection(s) from this mount to the worker's short-circuit socket (`ss -xp`, after the run); "
+                    f"{r.get('warm_fuse_reads', 0):,.0f} FUSE reads reached it during a warm read")
         if notes:
             lines += ["", ("Counters per cold read (medians over the repeats; the reader mount's and the worker's "
-                           "/metrics around it; warm reads never reach the mount): " + "; ".join(notes) + ".")]
+                           "/metrics around it): " + "; ".join(notes) + ".")]
     return "\n".join(lines)
 
 
@@ -540,6 +545,7 @@ def main(argv: list[str]) -> int:
     if args.quick:
         args.repeats, args.count = min(args.repeats, 2), min(args.count, 4)
     sys.path.insert(0, str(common.REPO))
+    info = common.machine()    # the load average before this run, not after it
     root = pathlib.Path(tempfile.mkdtemp(prefix="curvine-bench-same-tcp-", dir=args.dir))
     root.chmod(0o755)
     try:
@@ -547,7 +553,7 @@ def main(argv: list[str]) -> int:
         part_b = None if args.no_fs else fs_rows(root, args)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    payload = {"benchmark": NAME, "machine": common.machine(),
+    payload = {"benchmark": NAME, "machine": info,
                "parameters": {"count": args.count, "repeats": args.repeats, "cc": args.cc, "quick": args.quick},
                "samples": {"same_tcp": part_a, "fs": part_b}, "summary": summarize(part_a, part_b)}
     print(json.dumps(payload["summary"], indent=1))
