@@ -495,7 +495,11 @@ def render(payload: dict[str, Any]) -> str:
     if postgresql:
         loads = ", ".join(f"{r['files']:,} files in {r['population'].get('load_seconds', 0):.0f} s"
                           for r in postgresql)
-        body += [f"Loaded into PostgreSQL (dump + load, COPY): {loads}."]
+        body += [f"Loaded into PostgreSQL (dump + load, COPY): {loads}.",
+                 "",
+                 ("What a call costs on PostgreSQL (one statement per create, unlink, rename, lookup and "
+                  "stat; a batch's creates and unlinks answered with its COMMIT), why the create targets "
+                  "still miss, and what remains: docs/metadata.md, PostgreSQL, Speed.")]
     return "\n".join(body)
 
 

@@ -5,9 +5,11 @@ Why one thread: SQLite serialises writers anyway, and keeping every write on one
 locking from the store and leaves the gRPC handler threads free to take RPCs while a commit fsyncs.
 
 Group commit: while a batch is being executed and fsynced, new calls queue up; the next batch runs
-all of them inside one transaction (each as its own SAVEPOINT, so a failing call rolls back only
-itself) and makes them durable with one COMMIT. No reply (not even for a read, which may have seen
-an earlier call's uncommitted write in the same batch) is released before that COMMIT returned.
+all of them inside one transaction (a store operation of the general path as its own SAVEPOINT, so
+a failing call rolls back only itself; on PostgreSQL a one-statement operation needs none, and may
+answer after the COMMIT: store/pgfast.py, `_resolved` below) and makes them durable with one COMMIT.
+No reply (not even for a read, which may have seen an earlier call's uncommitted write in the same
+batch) is released before that COMMIT returned.
 
 Error handling: an exception raised by a call is that call's answer. If the COMMIT itself fails,
 every call of the batch fails with an I/O error (none of them is durable); with Unavailable when
