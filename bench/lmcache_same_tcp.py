@@ -343,12 +343,17 @@ def fs_rows(root: pathlib.Path, args: Any) -> dict[str, Any]:
 
 def unix_links(client_pid: int, server_pid: int) -> int:
     """Established unix stream connections from `client_pid` to a worker.sock that `server_pid`
-    listens on (`ss -xp`: the accepted end names the socket path, the two ends name each other's
-    inode)."""
+    listens on, from `ss -xp`."""
     out = subprocess.run(["ss", "-xpnH", "state", "established"], capture_output=True, text=True,
                          check=True).stdout
+    return count_links(out, client_pid, server_pid)
+
+
+def count_links(ss_text: str, client_pid: int, server_pid: int) -> int:
+    """The connections of `unix_links` in the text of `ss -xpnH state established`: the accepted
+    end names the socket path and its own inode, the connecting end names the peer's inode."""
     served, clients = set(), []
-    for line in out.splitlines():
+    for line in ss_text.splitlines():
         fields = line.split()
         if len(fields) < 7 or fields[0] != "u_str":
             continue
