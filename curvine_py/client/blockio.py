@@ -23,6 +23,7 @@ from curvine_py.client.membership import MembershipCache
 from curvine_py.client.suspects import Suspects
 from curvine_py.client.workerio import WorkerIO
 from curvine_py.core import frames, layout
+from curvine_py.core.domain import BlockInfo
 from curvine_py.core.errors import (
     Corrupt,
     CurvineError,
@@ -33,8 +34,8 @@ from curvine_py.core.errors import (
     Unavailable,
 )
 from curvine_py.core.rules import verifiable_range
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
+from curvine_py.rpc import convert
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class BlockStore:
             if len(free) < SPARE_BLOCK_BUFFERS:
                 free.append((buffer, min(used, len(buffer))))
 
-    def upload(self, ino: int, index: int, data: memoryview, node: str) -> Future[pb.BlockInfo]:
+    def upload(self, ino: int, index: int, data: memoryview, node: str) -> Future[BlockInfo]:
         """`write` in the background (write-behind of full blocks)."""
         with self._ahead_lock:
             if self._behind is None:
@@ -104,7 +105,7 @@ class BlockStore:
                 self._ahead = ThreadPoolExecutor(max_workers=READ_AHEAD_THREADS, thread_name_prefix="read-ahead")
             return self._ahead.submit(fetch)
 
-    def read(self, block: pb.BlockInfo, offset: int, length: int, out: memoryview | None = None,
+    def read(self, block: BlockInfo, offset: int, length: int, out: memoryview | None = None,
              minimum: int | None = None) -> memoryview:
         """Bytes [offset, offset+length) of a stored block, verified. `offset` must be chunk-aligned
         and the range must end on a chunk boundary or at the stored end, so every chunk is
@@ -135,7 +136,7 @@ class BlockStore:
             raise errors[-1]
         raise Unavailable(f"block {block.block_id:x}: none of its workers {list(block.worker_ids)} is live")
 
-    def write(self, ino: int, index: int, data: memoryview, node: str) -> pb.BlockInfo:
+    def write(self, ino: int, index: int, data: memoryview, node: str) -> BlockInfo:
         """Allocates a block and writes it to all its workers in parallel (client fan-out, as
         Curvine); succeeds when at least one acknowledged (see the module docstring), with the
         block's workers being the ones that did."""
@@ -146,7 +147,7 @@ class BlockStore:
         if missing:
             view = self.membership.refresh()
         header = DataHeader(block_id=grant.block_id, length=len(data), checksum=digest,
-                            storage_class=grant.storage_class, ttl_ms=grant.ttl_ms)
+                            storage_class=convert.storage_class_pb(grant.storage_class), ttl_ms=grant.ttl_ms)
 
         def send(worker_id: str) -> CurvineError | None:
             worker = view.workers.get(worker_id)
@@ -170,8 +171,8 @@ class BlockStore:
                 self.suspects.mark(worker_id)
             log.warning("block %x of inode %d: stored on %s, not on %s (%s); the master restores "
                         "its replicas", grant.block_id, ino, ",".join(written), worker_id, error)
-        return pb.BlockInfo(index=index, block_id=grant.block_id, length=len(data), checksum=digest,
-                            worker_ids=written)
+        return BlockInfo(index=index, block_id=grant.block_id, length=len(data), checksum=digest,
+                         worker_ids=tuple(written))
 
     def abandon(self, ino: int, block_ids: list[int]) -> None:
         """Frees blocks allocated for `ino` that will never be committed. Best effort: if the
@@ -185,13 +186,13 @@ class BlockStore:
             log.info("inode %d: %d uncommitted blocks not given up now (%s); the master expires them",
                      ino, len(block_ids), exc)
 
-    def read_chunk(self, block: pb.BlockInfo, start: int, buffer: memoryview) -> memoryview:
+    def read_chunk(self, block: BlockInfo, start: int, buffer: memoryview) -> memoryview:
         """One verified chunk of a stored block (clipped at the block's end) into `buffer`."""
         wanted = verifiable_range(block.length, block.checksum != 0, start, layout.CHUNK_SIZE)
         data = self.read(block, wanted.offset, wanted.length, buffer[:wanted.length], minimum=wanted.minimum)
         return data[:wanted.minimum]
 
-    def read_into(self, block: pb.BlockInfo | None, inner: int, target: memoryview) -> None:
+    def read_into(self, block: BlockInfo | None, inner: int, target: memoryview) -> None:
         """Bytes [inner, inner+len(target)) of a stored block into `target`, verified; bytes past the
         block's end (or of a missing block: a hole) read as zeros."""
         stored = min(len(target), max(0, (block.length if block else 0) - inner))

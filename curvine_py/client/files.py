@@ -18,17 +18,20 @@ import io
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 
 from curvine_py.client.blockio import BlockStore
 from curvine_py.client.buffers import zero
 from curvine_py.client.readahead import ReadAhead
 from curvine_py.client.writeback import WriteBack
 from curvine_py.core import layout
-from curvine_py.core.domain import Attr
+from curvine_py.core.domain import Attr, BlockInfo, FileBlocks
 from curvine_py.core.errors import CurvineError, InvalidArgument
+from curvine_py.core.posix import SetAttrChanges
 from curvine_py.core.rules import truncate_map
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
+from curvine_py.rpc import convert
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "BlockStore", "CurvineFile"]   # BlockStore: where callers import it from
 
@@ -38,10 +41,10 @@ DEFAULT_BLOCK_SIZE = 64 << 20
 class CurvineFile(io.RawIOBase):
     """An open regular file. Positional API (pread/pwrite) for FUSE, stream API for everyone."""
 
-    # transitional: `attr` may still be protobuf (fuse/handles.py, bench/) until the block path switches (issue 9)
+    # transitional: protobuf `attr` and `blocks` from bench/fuse.py (not ours to edit), converted here
     def __init__(self, store: BlockStore, attr: Attr | cpb.Attr, *, node: str, writable: bool,
                  append: bool = False, on_close: Callable[[], None] | None = None,
-                 blocks: pb.BlocksReply | None = None, read_ahead: int = 0,
+                 blocks: FileBlocks | pb.BlocksReply | None = None, read_ahead: int = 0,
                  write_behind: bool = False) -> None:
         """`blocks`: the block map when the caller already has it (a file it just created is
         empty: no GetBlocks round trip); fetched from the master otherwise. `read_ahead`: bytes
@@ -49,6 +52,8 @@ class CurvineFile(io.RawIOBase):
         sent in the background while the next one fills (at most two blocks in memory); its
         errors surface at the next write of that block or at commit, as write-back errors do."""
         super().__init__()
+        if isinstance(blocks, pb.BlocksReply):   # transitional: bench/fuse.py (not ours to edit) passes protobuf
+            blocks = convert.file_blocks_from_pb(blocks)
         self._store = store
         self.ino = attr.ino
         self._writable = writable
@@ -57,13 +62,13 @@ class CurvineFile(io.RawIOBase):
         self._lock = threading.RLock()
         self._ahead = ReadAhead(read_ahead, store, self._lock) if read_ahead > 0 else None
         self._position = 0
-        self._blocks: dict[int, pb.BlockInfo] = {}   # shared with the write-back, reloaded in place
+        self._blocks: dict[int, BlockInfo] = {}   # shared with the write-back, reloaded in place
         reply = blocks if blocks is not None else store.master.get_blocks(attr.ino)
         self._wb = WriteBack(store, attr.ino, node, self._blocks, _block_size(reply), reply.attr.size,
                              write_behind=write_behind)
         self._reload(reply)
 
-    def _reload(self, reply: pb.BlocksReply) -> None:
+    def _reload(self, reply: FileBlocks) -> None:
         self.attr = reply.attr   # attributes as of open/refresh (mode, owner; size may move on)
         self.size = self._wb.committed_size = reply.attr.size
         self.block_size = self._wb.block_size = _block_size(reply)
@@ -151,7 +156,7 @@ class CurvineFile(io.RawIOBase):
 
     def pread_into(self, offset: int, out: memoryview) -> int:
         # Plan under the lock (dirty data is copied right away), fetch stored blocks outside it.
-        stored: list[tuple[pb.BlockInfo | None, int, memoryview]] = []
+        stored: list[tuple[BlockInfo | None, int, memoryview]] = []
         with self._lock:
             length = max(0, min(len(out), self.size - offset))
             for extent in layout.extents(offset, length, self.block_size):
@@ -255,7 +260,7 @@ class CurvineFile(io.RawIOBase):
         finally:
             self._lock.release()
 
-    def try_plan_read(self, offset: int, out: memoryview) -> tuple[int, list[tuple[pb.BlockInfo, int, memoryview]]] | None:
+    def try_plan_read(self, offset: int, out: memoryview) -> tuple[int, list[tuple[BlockInfo, int, memoryview]]] | None:
         """For callers that fetch stored blocks themselves (the FUSE mount, on trio sockets):
         copies what is in memory into `out`, zero-fills holes, and returns (length, pieces), each
         piece (block, offset in the block, target view) still to be read from a worker. None if
@@ -264,7 +269,7 @@ class CurvineFile(io.RawIOBase):
             return None
         try:
             length = max(0, min(len(out), self.size - offset))
-            pieces: list[tuple[pb.BlockInfo, int, memoryview]] = []
+            pieces: list[tuple[BlockInfo, int, memoryview]] = []
             for extent in layout.extents(offset, length, self.block_size):
                 target = out[extent.buffer_offset:extent.buffer_offset + extent.length]
                 if self._in_memory(extent.index):
@@ -320,22 +325,22 @@ class CurvineFile(io.RawIOBase):
         new_size = self._position if size is None else size
         if new_size < 0:
             raise InvalidArgument("negative size")
-        self.setattr(pb.SetAttrRequest(ino=self.ino, size=new_size))
+        self.setattr(SetAttrChanges(size=new_size))
         return new_size
 
-    def setattr(self, request: pb.SetAttrRequest) -> cpb.Attr:
+    def setattr(self, changes: SetAttrChanges) -> Attr:
         """SetAttr through this handle (FUSE: ftruncate/chmod/utimens of an open file). A size
         change first commits this handle's writes, then reloads the block map, so the handle and
         the master agree on what the file holds."""
         with self._lock:
-            if request.HasField("size"):
+            if changes.size is not None:
                 self.commit()
-            attr = self._store.master.pb.setattr(request)   # transitional: protobuf until the block path switches
-            if request.HasField("size"):
+            attr = self._store.master.setattr(self.ino, changes)
+            if changes.size is not None:
                 self._truncated(attr)
             return attr
 
-    def _truncated(self, attr: cpb.Attr) -> None:
+    def _truncated(self, attr: Attr) -> None:
         """The block map after a committed truncate, derived locally as the master derives it
         (blocks past the end dropped, a straddling block shortened): no GetBlocks round trip."""
         self.attr = attr
@@ -347,10 +352,7 @@ class CurvineFile(io.RawIOBase):
                 del self._blocks[index]
                 self._wb.drop_clean(index)
             elif length != block.length:
-                shortened = pb.BlockInfo()
-                shortened.CopyFrom(block)
-                shortened.length, shortened.checksum = length, 0   # no longer the stored file's
-                self._blocks[index] = shortened
+                self._blocks[index] = replace(block, length=length, checksum=0)   # no longer the stored file's
 
     def commit(self) -> None:
         """Writes dirty blocks and publishes size + block map at the master (close/fsync)."""
@@ -366,5 +368,5 @@ class CurvineFile(io.RawIOBase):
         return self._wb.failed
 
 
-def _block_size(reply: pb.BlocksReply) -> int:
+def _block_size(reply: FileBlocks) -> int:
     return reply.attr.block_size or reply.policy.block_size or DEFAULT_BLOCK_SIZE

@@ -22,10 +22,13 @@ from google.protobuf.message import Message
 from curvine_py.config import DEFAULT_MASTER_PORT, parse_master_list
 from curvine_py.core.cluster import ClusterReport, FsckReport, MembershipView, MountInfo, ScrubPage
 from curvine_py.core.domain import (
+    AddedBlock,
     Attr,
+    BlockInfo,
     DirEntry,
     DirLease,
     DirPage,
+    FileBlocks,
     LeaseRenewal,
     NewNode,
     Policy,
@@ -35,7 +38,7 @@ from curvine_py.core.domain import (
     StatFs,
     UnlinkResult,
 )
-from curvine_py.core.errors import CurvineError, from_errno
+from curvine_py.core.errors import CurvineError
 from curvine_py.core.posix import SetAttrChanges
 from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
@@ -106,8 +109,6 @@ class MasterClient:
         self.session = uuid.uuid4().hex    # names this client to the master (directory leases)
         self._metadata = call_metadata(token, self.session)
         self.timeout_s = timeout_s
-        # transitional: the mount's protobuf-typed calls, until fuse/handles.py switches (issue 9)
-        self.pb = ProtobufCalls(self)
 
     @property
     def leader(self) -> str:
@@ -215,17 +216,17 @@ class MasterClient:
         self._call(self._rpc.release_dir_leases, pb.DirLeasesRequest(dirs=dirs))
 
     # -- file data ---------------------------------------------------------------------------
-    # transitional: the block path (client/blockio.py, readahead.py, fuse/dataplane.py, handles.py)
-    # keeps protobuf block maps until it switches to core.domain.FileBlocks (issue 9).
-    def get_blocks(self, ino: int) -> pb.BlocksReply:
-        return self._call(self._rpc.get_blocks, pb.InodeRequest(ino=ino))
+    def get_blocks(self, ino: int) -> FileBlocks:
+        return convert.file_blocks_from_pb(self._call(self._rpc.get_blocks, pb.InodeRequest(ino=ino)))
 
-    def add_block(self, ino: int, index: int, client_node: str = "") -> pb.AddBlockReply:
-        return self._call(self._rpc.add_block, pb.AddBlockRequest(ino=ino, index=index, client_node=client_node))
+    def add_block(self, ino: int, index: int, client_node: str = "") -> AddedBlock:
+        request = pb.AddBlockRequest(ino=ino, index=index, client_node=client_node)
+        return convert.added_block_from_pb(self._call(self._rpc.add_block, request))
 
-    def commit(self, ino: int, size: int, blocks: list[pb.BlockInfo], set_mtime: bool = True) -> cpb.Attr:
-        return self._call(self._rpc.commit_file, pb.CommitFileRequest(ino=ino, size=size, blocks=blocks,
-                                                            set_mtime=set_mtime)).attr
+    def commit(self, ino: int, size: int, blocks: list[BlockInfo], set_mtime: bool = True) -> Attr:
+        request = pb.CommitFileRequest(ino=ino, size=size, blocks=[convert.block_pb(b) for b in blocks],
+                                       set_mtime=set_mtime)
+        return convert.attr_from_pb(self._call(self._rpc.commit_file, request).attr)
 
     def abandon_blocks(self, ino: int, block_ids: list[int]) -> None:
         """Frees blocks this writer allocated for `ino` and will never commit (ids that are not
@@ -268,56 +269,3 @@ class MasterClient:
         at `rate` bytes/s (master/scrub.py); loop with `next_after` until `done`."""
         request = pb.FsckRequest(scrub=True, scrub_after=after, scrub_rate=rate)
         return convert.scrub_page_from_pb(self._call(self._rpc.fsck, request, timeout_s=timeout_s).scrub)
-
-
-class ProtobufCalls:
-    """transitional (issue 9): the protobuf-typed namespace calls the mount (fuse/) and the open
-    file's setattr (client/files.py) make until fuse/handles.py and the block path switch to the
-    domain types; removed with them. Same RPCs, same errors as MasterClient's."""
-
-    def __init__(self, master: MasterClient) -> None:
-        self._master = master
-        self._call = master._call
-        self._rpc = master._rpc
-        self.session = master.session
-        self.readlink, self.release_orphan = master.readlink, master.release_orphan
-        self.getxattr, self.setxattr = master.getxattr, master.setxattr
-        self.listxattr, self.removexattr = master.listxattr, master.removexattr
-        self.release_dir_leases = master.release_dir_leases
-        self.acquire_dir_lease, self.renew_dir_leases = master.acquire_dir_lease, master.renew_dir_leases
-        self.statfs = master.statfs
-
-    def lookup(self, parent: int, name: str) -> cpb.Attr:
-        return self._call(self._rpc.lookup, pb.LookupRequest(parent=parent, name=name)).attr
-
-    def getattr(self, ino: int) -> cpb.Attr:
-        return self._call(self._rpc.get_attr, pb.InodeRequest(ino=ino)).attr
-
-    def resolve(self, path: str, follow_symlinks: bool = True) -> cpb.Attr:
-        return self._call(self._rpc.resolve_path, pb.PathRequest(path=path, follow_symlinks=follow_symlinks)).attr
-
-    def setattr(self, request: pb.SetAttrRequest) -> cpb.Attr:
-        return self._call(self._rpc.set_attr, request).attr
-
-    def create(self, request: pb.CreateRequest) -> cpb.Attr:
-        return self._call(self._rpc.create, request).attr
-
-    def create_many(self, requests: list[pb.CreateRequest]) -> list[cpb.Attr | CurvineError]:
-        reply = self._call(self._rpc.create_many, pb.CreateManyRequest(creates=requests))
-        return [from_errno(r.errno, r.error) if r.errno else r.attr for r in reply.results]
-
-    def link(self, ino: int, new_parent: int, new_name: str) -> cpb.Attr:
-        return self._call(self._rpc.link, pb.LinkRequest(ino=ino, new_parent=new_parent, new_name=new_name)).attr
-
-    def unlink(self, parent: int, name: str, *, directory: bool = False,
-               keep_orphan: bool = False) -> pb.UnlinkReply:
-        return self._call(self._rpc.unlink, pb.UnlinkRequest(parent=parent, name=name, directory=directory,
-                                                             keep_orphan=keep_orphan))
-
-    def rename(self, parent: int, name: str, new_parent: int, new_name: str,
-               flags: int = 0, *, keep_orphan: bool = False) -> pb.RenameReply:
-        return self._call(self._rpc.rename, pb.RenameRequest(parent=parent, name=name, new_parent=new_parent,
-                                                             new_name=new_name, flags=flags, keep_orphan=keep_orphan))
-
-    def readdir(self, ino: int, after_name: str = "", limit: int = 1000) -> pb.ReadDirReply:
-        return self._call(self._rpc.read_dir, pb.ReadDirRequest(ino=ino, after_name=after_name, limit=limit))

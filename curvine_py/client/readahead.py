@@ -10,7 +10,7 @@ from concurrent.futures import Future
 from curvine_py.client.blockio import BlockStore
 from curvine_py.client.buffers import aligned, zero
 from curvine_py.core import layout
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
+from curvine_py.core.domain import BlockInfo
 
 READ_AHEAD_WAIT_S = 30.0     # bounded by the data timeout of the fetch itself; a safety net only
 
@@ -47,8 +47,8 @@ class ReadAhead:
             if future.done() or future.cancel():
                 self.free.append(buffer)
 
-    def plan(self, blocks: dict[int, pb.BlockInfo], block_size: int, size: int, offset: int, length: int,
-             in_memory: Callable[[int, pb.BlockInfo], bool]) -> None:
+    def plan(self, blocks: dict[int, BlockInfo], block_size: int, size: int, offset: int, length: int,
+             in_memory: Callable[[int, BlockInfo], bool]) -> None:
         """Under the lock: when this read continues the previous one, make sure the chunks of the
         next `window` bytes are being fetched (none of a block `in_memory` says this handle holds)."""
         sequential = offset == self.next_offset or offset == 0
@@ -75,7 +75,7 @@ class ReadAhead:
             position = index * block_size + min(start + chunk, block_size)
         self.forget_before(wanted)
 
-    def copy(self, block: pb.BlockInfo | None, inner: int, target: memoryview) -> bool:
+    def copy(self, block: BlockInfo | None, inner: int, target: memoryview) -> bool:
         """Copies from a read-ahead chunk when one covers this piece (waiting for its fetch); False
         to read it now. Call without the lock."""
         if block is None:
@@ -104,7 +104,7 @@ class ReadAhead:
         zero(target[available:])
         return True
 
-    def ready(self, block: pb.BlockInfo | None, inner: int, length: int) -> memoryview | None:
+    def ready(self, block: BlockInfo | None, inner: int, length: int) -> memoryview | None:
         """A chunk that is already here and covers [inner, inner+length) of `block` (call under
         the lock); None otherwise."""
         if block is None:

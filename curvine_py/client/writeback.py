@@ -13,9 +13,8 @@ from concurrent.futures import Future
 
 from curvine_py.client.blockio import BlockStore
 from curvine_py.client.buffers import zero
+from curvine_py.core.domain import Attr, BlockInfo
 from curvine_py.core.errors import CurvineError
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 MAX_CLEAN_BYTES = 32 << 20   # per open file: written blocks kept for re-reads and rewrites
 
@@ -26,7 +25,7 @@ class DirtyBlock:
     def __init__(self, buffer: memoryview, length: int) -> None:
         self.buffer = buffer      # block_size bytes, page-aligned
         self.length = length      # bytes of the block that are meaningful (high-water mark)
-        self.upload: Future[pb.BlockInfo] | None = None   # write-behind in flight: buffer is frozen
+        self.upload: Future[BlockInfo] | None = None   # write-behind in flight: buffer is frozen
 
 
 class CleanBlock:
@@ -41,7 +40,7 @@ class CleanBlock:
 
 
 class WriteBack:
-    def __init__(self, store: BlockStore, ino: int, node: str, blocks: dict[int, pb.BlockInfo],
+    def __init__(self, store: BlockStore, ino: int, node: str, blocks: dict[int, BlockInfo],
                  block_size: int, committed_size: int, *, write_behind: bool) -> None:
         self._store = store
         self._ino = ino
@@ -53,7 +52,7 @@ class WriteBack:
         self.dirty: dict[int, DirtyBlock] = {}
         self.clean: dict[int, CleanBlock] = {}
         self.size_dirty = False
-        self.uncommitted: list[pb.BlockInfo] = []   # written to workers, not yet committed
+        self.uncommitted: list[BlockInfo] = []   # written to workers, not yet committed
         # The first failed block write: sticky, like a write-back error. Once set, no write of
         # this handle is published (the file keeps what its last commit published), and every
         # later write, commit and close raises it.
@@ -73,11 +72,11 @@ class WriteBack:
         for index in list(self.clean):
             self.drop_clean(index)
 
-    def in_clean(self, block: pb.BlockInfo) -> bool:
+    def in_clean(self, block: BlockInfo) -> bool:
         clean = self.clean.get(block.index)
         return clean is not None and clean.block_id == block.block_id
 
-    def copy_clean(self, block: pb.BlockInfo | None, inner: int, target: memoryview) -> bool:
+    def copy_clean(self, block: BlockInfo | None, inner: int, target: memoryview) -> bool:
         """Copies from a kept committed block; False if there is none."""
         clean = self.clean.get(block.index) if block is not None else None
         if clean is None or block is None or clean.block_id != block.block_id:
@@ -150,7 +149,7 @@ class WriteBack:
             dirty = self.dirty[index] = DirtyBlock(buffer, max(0, length))
         return dirty
 
-    def keep_clean(self, latest: dict[int, pb.BlockInfo]) -> None:
+    def keep_clean(self, latest: dict[int, BlockInfo]) -> None:
         """After a commit, the dirty buffers hold exactly the new blocks: keep some of them."""
         for index, dirty in self.dirty.items():
             block = latest.get(index)
@@ -159,7 +158,7 @@ class WriteBack:
             else:
                 self._store.recycle(dirty.buffer, dirty.length)
 
-    def keep(self, index: int, block: pb.BlockInfo, dirty: DirtyBlock) -> None:
+    def keep(self, index: int, block: BlockInfo, dirty: DirtyBlock) -> None:
         """Keeps a just-written block's buffer (oldest dropped first past MAX_CLEAN_BYTES; a
         sequential writer of big blocks keeps nothing, its buffers go back to the store)."""
         if block.length > MAX_CLEAN_BYTES:
@@ -183,7 +182,7 @@ class WriteBack:
             if block is None or block.block_id != clean.block_id:
                 self.drop_clean(index)
 
-    def commit(self, size: int) -> cpb.Attr | None:
+    def commit(self, size: int) -> Attr | None:
         """Writes dirty blocks and publishes size + block map at the master; the new attributes,
         or None when there was nothing to commit."""
         self.raise_if_failed()
@@ -210,7 +209,7 @@ class WriteBack:
         self.committed_size = attr.size
         return attr
 
-    def guarded(self, write: Callable[[], pb.BlockInfo]) -> pb.BlockInfo:
+    def guarded(self, write: Callable[[], BlockInfo]) -> BlockInfo:
         """Runs one block write; a failure fails the whole handle. Why not retry or commit around
         the hole: a committed size must never cover a block that was not stored, and publishing
         the blocks before the failed one would give a file that reads as something it never was

@@ -23,11 +23,10 @@ from collections.abc import Callable
 
 import trio
 
+from curvine_py.core.domain import Attr
 from curvine_py.core.errors import CurvineError, NotFound
-from curvine_py.core.posix import ATIME_MODES, atime_due
+from curvine_py.core.posix import ATIME_MODES, SetAttrChanges, atime_due
 from curvine_py.fuse.context import MountContext
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +46,7 @@ class AtimeUpdates:
         self._scope: trio.CancelScope | None = None
         self._stopped = False
 
-    def read(self, attr: cpb.Attr) -> None:
+    def read(self, attr: Attr) -> None:
         """A read of the file whose latest known attributes are `attr` just reached the mount."""
         if self.mode == "noatime":
             return
@@ -57,7 +56,7 @@ class AtimeUpdates:
         if atime_due(self.mode, atime, attr.mtime_ns, attr.ctime_ns, now):
             self._pending[attr.ino] = (now, attr.ctime_ns)
 
-    def due(self, attr: cpb.Attr) -> bool:
+    def due(self, attr: Attr) -> bool:
         """Would a read of the file now move its atime (so it must reach the mount)?"""
         if self.mode == "noatime":
             return False
@@ -73,9 +72,9 @@ class AtimeUpdates:
     async def flush(self) -> None:
         batch, self._pending = self._pending, {}
         for ino, (atime, ctime) in batch.items():
-            request = pb.SetAttrRequest(ino=ino, atime_ns=atime, ctime_ns=max(ctime, self._latest_ctime(ino)))
+            changes = SetAttrChanges(atime_ns=atime, ctime_ns=max(ctime, self._latest_ctime(ino)))
             try:
-                attr: cpb.Attr = await self.ctx.call(self.ctx.master.setattr, request)
+                attr: Attr = await self.ctx.call(self.ctx.master.setattr, ino, changes)
             except NotFound:
                 continue             # removed meanwhile: nothing to update
             except CurvineError as exc:

@@ -1,4 +1,4 @@
-"""Master attributes (`common.Attr`) -> pyfuse3.EntryAttributes, and the inode number mapping.
+"""Master attributes (core.domain.Attr) -> pyfuse3.EntryAttributes, and the inode number mapping.
 
 Inode numbers are the master's (never reused), except that the mounted directory is FUSE inode 1
 (pyfuse3.ROOT_INODE) whatever its master number is (--subdir). `InodeMap` does that translation in
@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import pyfuse3
 
-from curvine_py.core.domain import S_IFMT_OF
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+from curvine_py.core.domain import Attr, FileType
 
 FUSE_ROOT = int(pyfuse3.ROOT_INODE)
 BLKSIZE = 1 << 20   # st_blksize: tools size their buffers by it; 1 MiB is the largest FUSE request
@@ -37,13 +36,7 @@ class Timeouts:
     negative: float
 
 
-def st_mode(attr: cpb.Attr) -> int:
-    """POSIX st_mode (file type bits + permission bits) of a protobuf Attr. transitional: the
-    mount's attributes are protobuf until fuse/handles.py switches (issue 9); then Attr.st_mode."""
-    return int(S_IFMT_OF.get(attr.type, 0)) | (attr.mode & 0o7777)  # type: ignore[call-overload]
-
-
-def entry_attributes(attr: cpb.Attr, inodes: InodeMap, timeouts: Timeouts, *,
+def entry_attributes(attr: Attr, inodes: InodeMap, timeouts: Timeouts, *,
                      size: int | None = None, mtime_ns: int | None = None,
                      atime_ns: int | None = None) -> pyfuse3.EntryAttributes:
     """`size`/`mtime_ns` override the master's values for a file this mount holds open with
@@ -54,7 +47,7 @@ def entry_attributes(attr: cpb.Attr, inodes: InodeMap, timeouts: Timeouts, *,
     entry.generation = attr.generation
     entry.entry_timeout = timeouts.entry
     entry.attr_timeout = timeouts.attr
-    entry.st_mode = st_mode(attr)
+    entry.st_mode = attr.st_mode
     entry.st_nlink = attr.nlink
     entry.st_uid = attr.uid
     entry.st_gid = attr.gid
@@ -68,12 +61,12 @@ def entry_attributes(attr: cpb.Attr, inodes: InodeMap, timeouts: Timeouts, *,
     return entry
 
 
-def st_blocks(attr: cpb.Attr, size: int | None = None) -> int:
+def st_blocks(attr: Attr, size: int | None = None) -> int:
     """512-byte units actually stored: for a regular file the bytes of its committed blocks (the
     master's count), so holes of a sparse or truncated-up file take no room and `du` tells the
     truth; with uncommitted writes open here (`size` given) the larger of that and the size, since
     where the pending bytes land is not known yet. Other types: their size."""
-    if attr.type == cpb.REGULAR:
+    if attr.type == FileType.REGULAR:
         stored = attr.stored_bytes if size is None else max(attr.stored_bytes, size)
         return -(-stored // 512)
     return -(-(attr.size if size is None else size) // 512)

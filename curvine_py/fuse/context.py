@@ -17,9 +17,11 @@ from __future__ import annotations
 import errno
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from curvine_py.client import CurvineClient
+from curvine_py.core.domain import Attr, FileType, NewNode, blank_attr
 from curvine_py.core.errors import CurvineError, NotFound
 from curvine_py.fuse.coalesce import Coalescer
 from curvine_py.fuse.leases import DirLeaseTable
@@ -28,8 +30,6 @@ from curvine_py.fuse.offload import Offload
 from curvine_py.fuse.pagecache import CacheVersions
 from curvine_py.fuse.readbuf import ReplyBuffers
 from curvine_py.fuse.state import AttrCache, Handles, OpenFile
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 T = TypeVar("T")
 
@@ -59,7 +59,7 @@ class MountContext:
                  read_only: bool = False, attr_ttl: float = 0.0, names_ttl: float = 0.0,
                  dir_leases: bool = True, cache_versions: bool = True) -> None:
         self.client = client
-        self.master = client.master.pb     # transitional: protobuf-typed until handles.py switches (issue 9)
+        self.master = client.master
         self.offload = offload
         self.root = root
         self.node = node
@@ -73,8 +73,8 @@ class MountContext:
         # Directories removed (rmdir, replaced by rename) through this mount while open here:
         # fstat of such a descriptor shows nlink 0 until the last releasedir, as on a local file
         # system, instead of ESTALE. Nothing else is kept: a removed directory is empty.
-        self.removed_dirs: dict[int, cpb.Attr] = {}
-        self.creates: Coalescer[pb.CreateRequest, cpb.Attr] = Coalescer(
+        self.removed_dirs: dict[int, Attr] = {}
+        self.creates: Coalescer[NewNode, Attr] = Coalescer(
             lambda request: self.call(self.master.create, request),
             lambda requests: self.call(self.master.create_many, requests))
 
@@ -111,7 +111,7 @@ class MountContext:
             raise ReadOnly("read-only mount")
 
     # -- attributes --------------------------------------------------------------------------
-    def overlay(self, attr: cpb.Attr) -> tuple[int | None, int | None]:
+    def overlay(self, attr: Attr) -> tuple[int | None, int | None]:
         """(size, mtime_ns) to show instead of the master's, for a file open here.
 
         With uncommitted writes: the local size and the time of the last write. After our own
@@ -136,7 +136,7 @@ class MountContext:
         opened.committed_mtime = opened.file.attr.mtime_ns
         self.note(opened.file.attr)
 
-    def note(self, attr: cpb.Attr) -> cpb.Attr:
+    def note(self, attr: Attr) -> Attr:
         """Every attribute reply passes here: open files learn the mode, the cache the rest."""
         opened = self.handles.open_files.get(attr.ino)
         if opened is not None:
@@ -147,8 +147,8 @@ class MountContext:
     def touch(self, directory: int) -> None:
         self.attrs.touch(directory, time.time_ns())
 
-    async def master_getattr(self, ino: int) -> cpb.Attr:
-        attr: cpb.Attr = await self.icall(self.master.getattr, ino)
+    async def master_getattr(self, ino: int) -> Attr:
+        attr: Attr = await self.icall(self.master.getattr, ino)
         return attr
 
     def directory_removed(self, ino: int) -> None:
@@ -157,15 +157,12 @@ class MountContext:
         if not opened:
             return
         known = self.attrs.get(ino) or next((h.attr for h in opened if h.attr is not None), None)
-        attr = cpb.Attr()
-        if known is not None:
-            attr.CopyFrom(known)
-        attr.ino, attr.type, attr.nlink = ino, cpb.DIRECTORY, 0
-        attr.ctime_ns = max(attr.ctime_ns, time.time_ns())
-        self.removed_dirs[ino] = attr
+        base = known if known is not None else blank_attr(ino)
+        self.removed_dirs[ino] = replace(base, ino=ino, type=FileType.DIRECTORY, nlink=0,
+                                         ctime_ns=max(base.ctime_ns, time.time_ns()))
         self.attrs.drop(ino)
 
-    async def getattr(self, ino: int) -> cpb.Attr:
+    async def getattr(self, ino: int) -> Attr:
         removed = self.removed_dirs.get(ino)
         if removed is not None:
             return removed

@@ -30,9 +30,9 @@ import trio
 from curvine_py.client.membership import View, WorkerAddress
 from curvine_py.client.workerio import verify
 from curvine_py.core import frames
+from curvine_py.core.domain import BlockInfo
 from curvine_py.core.errors import CurvineError
 from curvine_py.fuse.localfds import LocalFds, LocalMiss
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 
 log = logging.getLogger(__name__)
@@ -133,11 +133,11 @@ class TrioBlockReader:
             conn.close()
         return result
 
-    def serves_locally(self, view: View, block: pb.BlockInfo) -> bool:
+    def serves_locally(self, view: View, block: BlockInfo) -> bool:
         """Whether `read` would take the block from a worker on this node (by descriptor)."""
         return any(self._is_local(view.workers[w]) for w in block.worker_ids if w in view.workers)
 
-    async def read(self, view: View, block: pb.BlockInfo, offset: int, length: int, out: memoryview,
+    async def read(self, view: View, block: BlockInfo, offset: int, length: int, out: memoryview,
                    minimum: int) -> memoryview:
         """Verified bytes [offset, offset+length) of a block into `out` (at least `minimum`
         bytes must arrive; the worker may clip at its stored end). FastPathMiss on any trouble."""

@@ -8,7 +8,7 @@ pyfuse3 side) calls the parts directly; this class only wires them and answers s
 from __future__ import annotations
 
 from curvine_py.client import CurvineClient
-from curvine_py.core.domain import StatFs
+from curvine_py.core.domain import Attr, StatFs
 from curvine_py.fuse.atime import AtimeUpdates
 from curvine_py.fuse.context import MountContext
 from curvine_py.fuse.dataplane import TrioBlockReader
@@ -19,7 +19,6 @@ from curvine_py.fuse.readdir import Directories
 from curvine_py.fuse.session import SessionTask
 from curvine_py.fuse.setattrs import AttrSetter
 from curvine_py.fuse.xattrs import Xattrs
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 
 class Filesystem:
@@ -40,10 +39,10 @@ class Filesystem:
         self.xattrs = Xattrs(self.ctx)
         self.files.drop_capability = self.xattrs.drop_capability
 
-    async def getattr(self, ino: int) -> cpb.Attr:
+    async def getattr(self, ino: int) -> Attr:
         return await self.ctx.getattr(ino)
 
-    def overlay(self, attr: cpb.Attr) -> tuple[int | None, int | None]:
+    def overlay(self, attr: Attr) -> tuple[int | None, int | None]:
         return self.ctx.overlay(attr)
 
     async def statfs(self) -> StatFs:

@@ -30,13 +30,24 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from curvine_py.client.buffers import aligned
 from curvine_py.client.files import CurvineFile
 from curvine_py.client.membership import View
+from curvine_py.core.domain import (
+    Attr,
+    BlockInfo,
+    FileBlocks,
+    FileType,
+    NewNode,
+    Policy,
+    UnlinkResult,
+    blank_attr,
+)
 from curvine_py.core.errors import AlreadyExists, CurvineError
 from curvine_py.core.layout import CHUNK_SIZE as CHUNK
-from curvine_py.core.posix import kill_suid_sgid, needs_kill
+from curvine_py.core.posix import SetAttrChanges, kill_suid_sgid, needs_kill
 from curvine_py.core.rules import verifiable_range
 from curvine_py.fuse.atime import AtimeUpdates
 from curvine_py.fuse.context import MountContext
@@ -46,8 +57,6 @@ from curvine_py.fuse.prefetch import ChunkRuns
 from curvine_py.fuse.readbuf import POOLED
 from curvine_py.fuse.session import SessionTask
 from curvine_py.fuse.state import FileHandle, OpenFile
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -77,27 +86,26 @@ class Files:
 
     # -- opening -----------------------------------------------------------------------------
     async def create(self, parent: int, name: str, mode: int, flags: int, uid: int,
-                     gid: int) -> tuple[FileHandle, cpb.Attr]:
+                     gid: int) -> tuple[FileHandle, Attr]:
         ctx = self.ctx
         ctx.writable()
         # Always exclusive first, so we know whether this call made the inode (a failed first
         # commit then removes it again); the kernel sends CREATE for names it found missing, so
         # the fallback to opening an existing file (O_CREAT without O_EXCL) is the rare race.
-        request = pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=mode & 0o7777,
-                                   caller=pb.Caller(uid=uid, gid=gid), exclusive=True,
-                                   truncate=bool(flags & os.O_TRUNC))
+        node = NewNode(parent, name, FileType.REGULAR, mode & 0o7777, uid=uid, gid=gid, exclusive=True,
+                       truncate=bool(flags & os.O_TRUNC))
         created = True
         try:
-            attr: cpb.Attr = await self.session.adding_name(parent, name, ctx.creates.call(request))
+            attr: Attr = await self.session.adding_name(parent, name, ctx.creates.call(node))
         except AlreadyExists:
             if flags & os.O_EXCL:
                 raise
-            request.exclusive, created = False, False
-            attr = await self.session.adding_name(parent, name, ctx.creates.call(request))
+            node, created = replace(node, exclusive=False), False
+            attr = await self.session.adding_name(parent, name, ctx.creates.call(node))
         ctx.touch(parent)
         ctx.note(attr)
         # A file of size 0 has no blocks: skip GetBlocks (one round trip less per create).
-        known = pb.BlocksReply(attr=attr) if attr.size == 0 else None
+        known = FileBlocks(attr, (), Policy()) if attr.size == 0 else None
         handle = await self._open_attr(attr, flags, uid, known, cacheable=False)
         handle.appending = appends(flags)
         if created and handle.open.handles == 1:
@@ -112,22 +120,22 @@ class Files:
         if flags & os.O_TRUNC:
             ctx.attrs.drop(ino)
             ctx.versions.forget(ino)
-            request = pb.SetAttrRequest(ino=ino, size=0, mtime_now=True)
+            changes = SetAttrChanges(size=0, mtime_now=True)
             if uid != 0:
                 current = await ctx.current_mode(ino)
                 if current is not None and needs_kill(current[1]):
-                    request.mode = kill_suid_sgid(current[1])
+                    changes = replace(changes, mode=kill_suid_sgid(current[1]))
             opened = ctx.handles.open_files.get(ino)
             if opened is not None:
-                await ctx.data(opened.file.setattr, request)
+                await ctx.data(opened.file.setattr, changes)
             else:
-                await ctx.icall(ctx.master.setattr, request)
+                await ctx.icall(ctx.master.setattr, ino, changes)
         direct = bool(flags & os.O_DIRECT) or appends(flags)
-        handle = await self._open_attr(cpb.Attr(ino=ino), flags, uid, None, cacheable=not direct)
+        handle = await self._open_attr(blank_attr(ino), flags, uid, None, cacheable=not direct)
         handle.appending = appends(flags)
         return handle
 
-    async def _open_attr(self, attr: cpb.Attr, flags: int, uid: int, known: pb.BlocksReply | None, *,
+    async def _open_attr(self, attr: Attr, flags: int, uid: int, known: FileBlocks | None, *,
                          cacheable: bool) -> FileHandle:
         """`cacheable`: the open goes through the page cache, so it may keep what the kernel
         holds when the content is unchanged (pagecache.py); creates and O_DIRECT opens never do."""
@@ -167,7 +175,7 @@ class Files:
         ctx.handles.files[handle.fh] = handle
         return handle
 
-    def _new_file(self, attr: cpb.Attr, known: pb.BlocksReply | None) -> tuple[CurvineFile, pb.BlocksReply]:
+    def _new_file(self, attr: Attr, known: FileBlocks | None) -> tuple[CurvineFile, FileBlocks]:
         """The file and the block map it was opened with (its block ids name the version)."""
         reply = known if known is not None else self.ctx.client.blocks.master.get_blocks(attr.ino)
         file = CurvineFile(self.ctx.client.blocks, attr, node=self.ctx.node, writable=True, blocks=reply,
@@ -237,7 +245,7 @@ class Files:
             return None
         return length
 
-    async def _from_runs(self, view: View, block: pb.BlockInfo, inner: int, target: memoryview, *,
+    async def _from_runs(self, view: View, block: BlockInfo, inner: int, target: memoryview, *,
                          whole: bool) -> int | memoryview:
         """`target` (stored bytes of one block) from chunk runs (prefetch.py): the chunk's view when
         it is exactly the whole reply, else copied in (then its length). Raises FastPathMiss."""
@@ -264,8 +272,7 @@ class Files:
         handle = self._handle(fh)
         opened = handle.open
         if handle.uid != 0 and needs_kill(opened.mode):
-            request = pb.SetAttrRequest(ino=opened.ino, mode=kill_suid_sgid(opened.mode))
-            attr: cpb.Attr = await ctx.icall(ctx.master.setattr, request)
+            attr: Attr = await ctx.icall(ctx.master.setattr, opened.ino, SetAttrChanges(mode=kill_suid_sgid(opened.mode)))
             opened.mode = attr.mode
         if handle.appending and not handle.caps_dropped and self.drop_capability is not None:
             handle.caps_dropped = True     # once per handle, even when it fails (no deadline per append)
@@ -307,10 +314,10 @@ class Files:
         parent, name = place
         ctx = self.ctx
         try:
-            found: cpb.Attr = await ctx.call(ctx.master.lookup, parent, name)
+            found: Attr = await ctx.call(ctx.master.lookup, parent, name)
             if found.ino != opened.ino:
                 return
-            reply: pb.UnlinkReply = await ctx.call(self._unlink_kept, parent, name)
+            reply: UnlinkResult = await ctx.call(self._unlink_kept, parent, name)
         except CurvineError as exc:
             log.warning("inode %d: its first commit failed and its name %r could not be removed: %s",
                         opened.ino, name, exc)
@@ -323,7 +330,7 @@ class Files:
         if reply.nlink == 0:
             opened.unlinked = True    # still open here: its last release frees the orphan
 
-    def _unlink_kept(self, parent: int, name: str) -> pb.UnlinkReply:
+    def _unlink_kept(self, parent: int, name: str) -> UnlinkResult:
         return self.ctx.master.unlink(parent, name, directory=False, keep_orphan=True)
 
     async def fsync(self, fh: int) -> None:

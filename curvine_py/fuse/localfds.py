@@ -34,9 +34,9 @@ from dataclasses import dataclass
 import trio
 
 from curvine_py.core import frames, layout
+from curvine_py.core.domain import BlockInfo
 from curvine_py.core.errors import CurvineError
 from curvine_py.core.rules import verifiable_range
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 
 CHUNK = layout.CHUNK_SIZE
@@ -138,7 +138,7 @@ class LocalFds:
         self._connections[path] = conn
         return conn
 
-    async def _open(self, path: str, block: pb.BlockInfo) -> LocalBlock:
+    async def _open(self, path: str, block: BlockInfo) -> LocalBlock:
         cached = self._blocks.get(block.block_id)
         if cached is not None:
             self._blocks.move_to_end(block.block_id)
@@ -183,7 +183,7 @@ class LocalFds:
         if local is not None:
             self._retire(local)
 
-    async def read(self, path: str, block: pb.BlockInfo, offset: int, length: int, out: memoryview,
+    async def read(self, path: str, block: BlockInfo, offset: int, length: int, out: memoryview,
                    minimum: int) -> memoryview:
         """Verified bytes [offset, offset+length) of `block` (chunk-aligned, as for READ_BLOCK) into
         `out`; at least `minimum` of them. LocalMiss on any trouble (the caller falls back)."""

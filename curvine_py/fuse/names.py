@@ -26,8 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
+from curvine_py.core.domain import Attr, DirEntry
 
 HOT_LOOKUPS = 16        # master lookups in one directory within the ttl that make it hot
 PAGE = 512              # names fetched per prefetch (the master's page)
@@ -38,7 +37,7 @@ MAX_DIRECTORIES = 16_384   # directories tracked (lookup counters included); bey
 
 @dataclass(slots=True)
 class _Directory:
-    names: dict[str, tuple[float, cpb.Attr]] = field(default_factory=dict)   # name -> (fetched, attr)
+    names: dict[str, tuple[float, Attr]] = field(default_factory=dict)   # name -> (fetched, attr)
     window_start: float = 0.0
     misses: int = 0
     threshold: int = HOT_LOOKUPS
@@ -63,7 +62,7 @@ class NameCache:
     def enabled(self) -> bool:
         return self.ttl > 0
 
-    def get(self, parent: int, name: str) -> tuple[cpb.Attr, float] | None:
+    def get(self, parent: int, name: str) -> tuple[Attr, float] | None:
         """(attributes, age in seconds) of a name fetched less than ttl ago, else None."""
         directory = self._dirs.get(parent)
         if directory is None:
@@ -103,7 +102,7 @@ class NameCache:
                 return False
         return True
 
-    def fill(self, parent: int, entries: Iterable[pb.DirEntry], generation: int) -> None:
+    def fill(self, parent: int, entries: Iterable[DirEntry], generation: int) -> None:
         """Adds a page fetched while `generation` was current; a page that raced with a local
         change (the generation moved on during the fetch) may predate it and is thrown away."""
         if generation != self.generation:
@@ -118,7 +117,7 @@ class NameCache:
         if self._size > self.capacity:
             self.clear()
 
-    def refresh(self, attr: cpb.Attr) -> None:
+    def refresh(self, attr: Attr) -> None:
         """A newer answer for an inode (a reply that passed through the attribute cache)."""
         now = self._clock()
         for parent, name in tuple(self._where.get(attr.ino, ())):
@@ -149,7 +148,7 @@ class NameCache:
     def __len__(self) -> int:
         return self._size
 
-    def _put(self, parent: int, directory: _Directory, name: str, now: float, attr: cpb.Attr) -> None:
+    def _put(self, parent: int, directory: _Directory, name: str, now: float, attr: Attr) -> None:
         old = directory.names.get(name)
         if old is not None:
             self._unindex(old[1].ino, parent, name)

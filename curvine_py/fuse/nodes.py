@@ -12,25 +12,25 @@ import logging
 import stat
 from collections.abc import Sequence
 
+from curvine_py.core.domain import (
+    TYPE_OF_S_IFMT,
+    Attr,
+    DirEntry,
+    FileType,
+    NewNode,
+    RenameResult,
+    UnlinkResult,
+)
 from curvine_py.core.errors import CurvineError, InvalidArgument, NotFound
 from curvine_py.core.keys import validate_name
 from curvine_py.core.posix import check_rename_flags
 from curvine_py.fuse.context import MountContext
 from curvine_py.fuse.session import SessionTask
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-_KIND_BY_IFMT = {
-    stat.S_IFREG: cpb.REGULAR, stat.S_IFDIR: cpb.DIRECTORY, stat.S_IFLNK: cpb.SYMLINK,
-    stat.S_IFIFO: cpb.FIFO, stat.S_IFCHR: cpb.CHARDEV, stat.S_IFBLK: cpb.BLOCKDEV,
-    stat.S_IFSOCK: cpb.SOCKET,
-}
-
-
-def kind_of(mode: int) -> cpb.FileType:
-    kind = _KIND_BY_IFMT.get(stat.S_IFMT(mode))
+def kind_of(mode: int) -> FileType:
+    kind = TYPE_OF_S_IFMT.get(stat.S_IFMT(mode))
     if kind is None:
         raise InvalidArgument(f"unsupported file type {stat.S_IFMT(mode):o}")
     return kind
@@ -42,10 +42,10 @@ class Nodes:
         self.session = session
 
     # -- lookup ------------------------------------------------------------------------------
-    async def lookup(self, parent: int, name: str) -> cpb.Attr:
+    async def lookup(self, parent: int, name: str) -> Attr:
         return (await self.lookup_aged(parent, name))[0]
 
-    async def lookup_aged(self, parent: int, name: str) -> tuple[cpb.Attr, float]:
+    async def lookup_aged(self, parent: int, name: str) -> tuple[Attr, float]:
         """The name's attributes and their age in seconds: 0 from the master, more when answered
         from a hot directory's names (fuse/names.py; the kernel's timeouts are shortened by it)."""
         ctx = self.ctx
@@ -67,20 +67,20 @@ class Nodes:
                     attr, page = await ctx.call(self._lookup_and_page, parent, name)
                     names.fill(parent, page, generation)
                     return ctx.note(attr), 0.0
-            found: cpb.Attr = await ctx.call(ctx.master.lookup, parent, name)
+            found: Attr = await ctx.call(ctx.master.lookup, parent, name)
             return ctx.note(found), 0.0
         except NotFound:
             if ctx.leases.note_miss(parent):
                 await self.session.acquire_lease(parent)
             raise
 
-    def _lookup_and_page(self, parent: int, name: str) -> tuple[cpb.Attr, Sequence[pb.DirEntry]]:
+    def _lookup_and_page(self, parent: int, name: str) -> tuple[Attr, Sequence[DirEntry]]:
         """In one thread hop: the lookup, then the names after it (best effort: a failed page
         costs nothing but the prefetch)."""
         master = self.ctx.master
         attr = master.lookup(parent, name)
         try:
-            page: Sequence[pb.DirEntry] = master.readdir(parent, name, self.ctx.attrs.names.page).entries
+            page: Sequence[DirEntry] = master.readdir(parent, name, self.ctx.attrs.names.page).entries
         except CurvineError as exc:
             log.debug("prefetch of names in %d failed: %s", parent, exc)
             page = ()
@@ -91,25 +91,23 @@ class Nodes:
         return target
 
     # -- names added ---------------------------------------------------------------------------
-    async def make(self, parent: int, name: str, kind: cpb.FileType, mode: int, uid: int, gid: int, *,
-                   rdev: int = 0, target: str = "") -> cpb.Attr:
+    async def make(self, parent: int, name: str, kind: FileType, mode: int, uid: int, gid: int, *,
+                   rdev: int = 0, target: str = "") -> Attr:
         """mkdir, mknod, symlink: always exclusive."""
         ctx = self.ctx
         ctx.writable()
-        request = pb.CreateRequest(parent=parent, name=name, type=kind, mode=mode & 0o7777,
-                                   caller=pb.Caller(uid=uid, gid=gid), rdev=rdev, symlink_target=target,
-                                   exclusive=True)
-        attr: cpb.Attr = await self.session.adding_name(parent, name, ctx.creates.call(request))
-        if kind == cpb.DIRECTORY:
+        node = NewNode(parent, name, kind, mode & 0o7777, uid=uid, gid=gid, rdev=rdev, target=target)
+        attr: Attr = await self.session.adding_name(parent, name, ctx.creates.call(node))
+        if kind == FileType.DIRECTORY:
             ctx.attrs.drop(parent)     # its nlink grew
         else:
             ctx.touch(parent)
         return ctx.note(attr)
 
-    async def link(self, ino: int, new_parent: int, new_name: str) -> cpb.Attr:
+    async def link(self, ino: int, new_parent: int, new_name: str) -> Attr:
         ctx = self.ctx
         ctx.writable()
-        attr: cpb.Attr = await self.session.adding_name(new_parent, new_name,
+        attr: Attr = await self.session.adding_name(new_parent, new_name,
                                                         ctx.icall(ctx.master.link, ino, new_parent, new_name))
         ctx.touch(new_parent)
         return ctx.note(attr)
@@ -120,12 +118,12 @@ class Nodes:
         ctx.writable()
         # Ask for an orphan only when something is open here: the common case stays one call.
         keep = bool(ctx.handles.open_files)
-        reply: pb.UnlinkReply = await ctx.call(self.master_unlink, parent, name, False, keep)
+        reply: UnlinkResult = await ctx.call(self.master_unlink, parent, name, False, keep)
         ctx.attrs.drop(reply.ino)
         ctx.touch(parent)
         await self._unlinked(reply.ino, reply.nlink, kept=keep)
 
-    def master_unlink(self, parent: int, name: str, directory: bool, keep: bool) -> pb.UnlinkReply:
+    def master_unlink(self, parent: int, name: str, directory: bool, keep: bool) -> UnlinkResult:
         return self.ctx.master.unlink(parent, name, directory=directory, keep_orphan=keep)
 
     async def _unlinked(self, ino: int, nlink: int, *, kept: bool) -> None:
@@ -145,7 +143,7 @@ class Nodes:
     async def rmdir(self, parent: int, name: str) -> None:
         ctx = self.ctx
         ctx.writable()
-        reply: pb.UnlinkReply = await ctx.call(self.master_unlink, parent, name, True, False)
+        reply: UnlinkResult = await ctx.call(self.master_unlink, parent, name, True, False)
         ctx.attrs.drop(reply.ino)
         ctx.attrs.drop(parent)         # its nlink shrank
         ctx.leases.lost(reply.ino)     # nothing to answer for in a removed directory: stop renewing
@@ -168,5 +166,5 @@ class Nodes:
         await self._unlinked(reply.replaced_ino, reply.replaced_nlink, kept=keep)
 
     def master_rename(self, parent: int, name: str, new_parent: int, new_name: str, flags: int,
-                      keep: bool) -> pb.RenameReply:
+                      keep: bool) -> RenameResult:
         return self.ctx.master.rename(parent, name, new_parent, new_name, flags, keep_orphan=keep)

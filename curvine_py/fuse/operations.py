@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import pyfuse3
 import trio
 
+from curvine_py.core.domain import Attr, FileType
 from curvine_py.core.errors import CurvineError, NotFound
 from curvine_py.core.posix import SetAttrChanges
 from curvine_py.fuse.attrs import InodeMap, Timeouts, entry_attributes, negative_entry
@@ -26,7 +27,6 @@ from curvine_py.fuse.filesystem import Filesystem
 from curvine_py.fuse.nodes import kind_of
 from curvine_py.fuse.pagecache import STATS_XATTR, RequestCounters
 from curvine_py.fuse.state import LookupCounts
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 log = logging.getLogger(__name__)
 
@@ -87,12 +87,12 @@ class Operations(pyfuse3.Operations):
     def _m(self, ino: int) -> int:
         return self.inodes.to_master(ino)
 
-    def _entry(self, attr: cpb.Attr) -> pyfuse3.EntryAttributes:
+    def _entry(self, attr: Attr) -> pyfuse3.EntryAttributes:
         size, mtime = self.fs.overlay(attr)
         return entry_attributes(attr, self.inodes, self.timeouts, size=size, mtime_ns=mtime,
                                 atime_ns=self.fs.atime.shown(attr.ino))
 
-    def _reference(self, attr: cpb.Attr) -> pyfuse3.EntryAttributes:
+    def _reference(self, attr: Attr) -> pyfuse3.EntryAttributes:
         entry = self._entry(attr)
         self.lookups.add(entry.st_ino)
         return entry
@@ -152,13 +152,13 @@ class Operations(pyfuse3.Operations):
     @boundary
     async def mkdir(self, parent_inode: int, name: bytes, mode: int,
                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        attr = await self.fs.nodes.make(self._m(parent_inode), _name(name), cpb.DIRECTORY, mode, ctx.uid, ctx.gid)
+        attr = await self.fs.nodes.make(self._m(parent_inode), _name(name), FileType.DIRECTORY, mode, ctx.uid, ctx.gid)
         return self._reference(attr)
 
     @boundary
     async def symlink(self, parent_inode: int, name: bytes, target: bytes,
                       ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        attr = await self.fs.nodes.make(self._m(parent_inode), _name(name), cpb.SYMLINK, 0o777, ctx.uid, ctx.gid,
+        attr = await self.fs.nodes.make(self._m(parent_inode), _name(name), FileType.SYMLINK, 0o777, ctx.uid, ctx.gid,
                                   target=_name(target))
         return self._reference(attr)
 

@@ -17,8 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
+from curvine_py.core.domain import Attr, FileBlocks
 
 MAX_TRACKED = 100_000     # inodes remembered; past it the table starts over (opens then drop once)
 
@@ -32,13 +31,13 @@ class Version:
     blocks: tuple[tuple[int, int], ...] | None   # (index, block id); None: not fetched at this open
 
     @classmethod
-    def of_attr(cls, attr: cpb.Attr) -> Version:
-        return cls(int(attr.size), int(attr.mtime_ns), int(attr.ctime_ns), None)
+    def of_attr(cls, attr: Attr) -> Version:
+        return cls(attr.size, attr.mtime_ns, attr.ctime_ns, None)
 
     @classmethod
-    def of_blocks(cls, reply: pb.BlocksReply) -> Version:
-        blocks = tuple(sorted((int(b.index), int(b.block_id)) for b in reply.blocks))
-        return cls(int(reply.attr.size), int(reply.attr.mtime_ns), int(reply.attr.ctime_ns), blocks)
+    def of_blocks(cls, reply: FileBlocks) -> Version:
+        blocks = tuple(sorted((b.index, b.block_id) for b in reply.blocks))
+        return cls(reply.attr.size, reply.attr.mtime_ns, reply.attr.ctime_ns, blocks)
 
     def same_content(self, other: Version) -> bool:
         # A re-open of a file already open here refreshes its map inside the client, so it knows

@@ -27,9 +27,9 @@ import trio
 from curvine_py.client.buffers import aligned
 from curvine_py.client.membership import View
 from curvine_py.core import layout
+from curvine_py.core.domain import BlockInfo
 from curvine_py.core.rules import verifiable_range
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 CHUNK = layout.CHUNK_SIZE
 
@@ -60,12 +60,12 @@ class ChunkRuns:
         self._returned: list[memoryview] = []
         self.runs = 0           # READ_BLOCKs sent for runs (tests, benchmark)
 
-    def wanted(self, view: View, block: pb.BlockInfo, length: int) -> bool:
+    def wanted(self, view: View, block: BlockInfo, length: int) -> bool:
         """Whether a read of `length` bytes of `block` goes through runs: whole-chunk reads from a
         worker on another node (a local owner's file is read by descriptor, with no request cost)."""
         return length >= CHUNK and not self._reader.serves_locally(view, block)
 
-    async def chunk(self, view: View, block: pb.BlockInfo, start: int) -> memoryview:
+    async def chunk(self, view: View, block: BlockInfo, start: int) -> memoryview:
         """The verified stored bytes of the chunk at `start` (a multiple of CHUNK) of `block`.
         Use them before the next await, then call `taken` if the read took them all."""
         key = (block.block_id, start)
@@ -83,7 +83,7 @@ class ChunkRuns:
             raise FastPathMiss(run.error)
         return run.buffer[entry.at:min(entry.at + CHUNK, run.received)]
 
-    def taken(self, block: pb.BlockInfo, start: int) -> None:
+    def taken(self, block: BlockInfo, start: int) -> None:
         entry = self._entries.pop((block.block_id, start), None)
         if entry is not None:
             self._release(entry.run)
@@ -112,7 +112,7 @@ class ChunkRuns:
                 self._release(entry.run)
         return max(1, min(wanted, limit - len(self._entries)))
 
-    async def _fetch(self, view: View, block: pb.BlockInfo, start: int) -> _Entry:
+    async def _fetch(self, view: View, block: BlockInfo, start: int) -> _Entry:
         count = 0
         while (count < self._chunks and start + count * CHUNK < block.length
                and (block.block_id, start + count * CHUNK) not in self._entries):

@@ -7,12 +7,11 @@ import errno
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from curvine_py.core.domain import Attr, DirEntry, DirPage
 from curvine_py.core.errors import CurvineError, InvalidArgument
 from curvine_py.fuse.context import MountContext
 from curvine_py.fuse.nodes import Nodes
 from curvine_py.fuse.state import DirHandle
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 READDIR_PAGE = 512           # entries fetched from the master per ReadDir call
 
@@ -21,7 +20,7 @@ READDIR_PAGE = 512           # entries fetched from the master per ReadDir call
 class Listed:
     offset: int
     name: str
-    attr: cpb.Attr
+    attr: Attr
     dot: bool          # "." or "..": the kernel takes no reference for these
 
 
@@ -70,20 +69,20 @@ class Directories:
             after = name
         return self._listing(handle, dots, await self._page_after(handle, after))
 
-    async def _page_after(self, handle: DirHandle, after: str) -> list[pb.DirEntry]:
+    async def _page_after(self, handle: DirHandle, after: str) -> list[DirEntry]:
         """Master entries following `after`, from the cached page when it covers them (the kernel
         asks for ~25 entries at a time, the master pages 512)."""
         position = handle.page_index.get(after) if handle.page_after is not None else None
         if after == handle.page_after:
             position = -1
         if position is not None and (position + 1 < len(handle.page) or not handle.page_more):
-            return handle.page[position + 1:]   # type: ignore[return-value]
-        reply = await self.ctx.icall(self.ctx.master.readdir, handle.ino, after, READDIR_PAGE)
+            return handle.page[position + 1:]
+        reply: DirPage = await self.ctx.icall(self.ctx.master.readdir, handle.ino, after, READDIR_PAGE)
         handle.page_after, handle.page, handle.page_more = after, list(reply.entries), reply.more
         handle.page_index = {entry.name: i for i, entry in enumerate(reply.entries)}
         return list(reply.entries)
 
-    def _listing(self, handle: DirHandle, dots: list[Listed], entries: list[pb.DirEntry]) -> Iterator[Listed]:
+    def _listing(self, handle: DirHandle, dots: list[Listed], entries: list[DirEntry]) -> Iterator[Listed]:
         yield from dots
         for entry in entries:
             self.ctx.note(entry.attr)

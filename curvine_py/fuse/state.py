@@ -12,11 +12,11 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from curvine_py.client.files import CurvineFile
+from curvine_py.core.domain import Attr, DirEntry
 from curvine_py.fuse.names import NameCache
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +88,10 @@ class DirHandle:
     names: dict[int, str] = field(default_factory=dict)    # offset -> name of the entry at it
     next_offset: int = 3                                    # 1 and 2 are "." and ".."
     page_after: str | None = None                           # the cached page of the master listing
-    page: list[object] = field(default_factory=list)
+    page: list[DirEntry] = field(default_factory=list)
     page_index: dict[str, int] = field(default_factory=dict)
     page_more: bool = False
-    attr: cpb.Attr | None = None                            # as of opendir: shown if it is removed
+    attr: Attr | None = None                            # as of opendir: shown if it is removed
 
 
 class Handles:
@@ -121,10 +121,10 @@ class AttrCache:
                  names: NameCache | None = None) -> None:
         self.ttl = ttl
         self._clock = clock
-        self._entries: dict[int, tuple[float, cpb.Attr]] = {}
+        self._entries: dict[int, tuple[float, Attr]] = {}
         self.names = names if names is not None else NameCache(0.0)
 
-    def get(self, ino: int) -> cpb.Attr | None:
+    def get(self, ino: int) -> Attr | None:
         found = self._entries.get(ino)
         if found is None:
             return None
@@ -133,7 +133,7 @@ class AttrCache:
             return None
         return found[1]
 
-    def put(self, attr: cpb.Attr) -> None:
+    def put(self, attr: Attr) -> None:
         self.names.refresh(attr)
         if self.ttl > 0:
             if len(self._entries) > MAX_CACHED:
@@ -153,10 +153,8 @@ class AttrCache:
         self.names.forget_directory(ino)
         found = self._entries.get(ino)
         if found is not None:
-            attr = cpb.Attr()
-            attr.CopyFrom(found[1])
-            attr.mtime_ns = attr.ctime_ns = max(now_ns, attr.mtime_ns)
-            self._entries[ino] = (found[0], attr)
+            moved = max(now_ns, found[1].mtime_ns)
+            self._entries[ino] = (found[0], replace(found[1], mtime_ns=moved, ctime_ns=moved))
 
 
 MAX_CACHED = 100_000

@@ -55,6 +55,7 @@ from curvine_py.proto.curvine.v1 import master_pb2 as mpb
 
 _FILE_TYPES = tuple(FileType)       # indexed by the wire number: cheaper than FileType(n) per attr
 _STORAGE_CLASSES = tuple(StorageClass)
+_STORAGE_CLASSES_PB = (cpb.STORAGE_CLASS_UNSPECIFIED, cpb.CACHE, cpb.DURABLE)   # by StorageClass value
 
 
 # -- namespace ------------------------------------------------------------------------------
@@ -74,6 +75,11 @@ def attr_from_pb(a: cpb.Attr) -> Attr:
 
 def attr_reply(a: Attr) -> mpb.AttrReply:
     return mpb.AttrReply(attr=attr_pb(a))
+
+
+def storage_class_pb(value: StorageClass) -> cpb.StorageClass:
+    """For a protobuf field of common.proto's enum (the data plane's DataHeader)."""
+    return _STORAGE_CLASSES_PB[value]
 
 
 def storage_class_from_pb(value: int) -> StorageClass:

@@ -2,13 +2,14 @@
 connections, and FastPathMiss (never a hang or a wrong byte) when something is off."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import trio
 
 from curvine_py.client.buffers import aligned
 from curvine_py.core.rules import verifiable_range
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from tests.harness import Cluster, random_bytes
 
 MiB = 1 << 20
@@ -35,7 +36,7 @@ def test_trio_reader_reads_verified_chunks_and_misses_cleanly(cluster: Cluster) 
         assert await read(MiB + 7, 100) == data[MiB + 7:MiB + 107], "a piece inside a chunk"
         assert await read(3 * MiB, 5000) == data[3 * MiB:], "the short last chunk"
         assert reader.hits == 3
-        bogus = pb.BlockInfo(index=0, block_id=block.block_id + 999, length=MiB, worker_ids=block.worker_ids)
+        bogus = replace(block, block_id=block.block_id + 999, length=MiB, checksum=0)
         with pytest.raises(FastPathMiss):
             await reader.read(view, bogus, 0, MiB, aligned(MiB), MiB)
         cluster.kill_worker(0)

@@ -3,19 +3,19 @@ options that choose the rule."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
+from curvine_py.core.domain import BlockInfo, FileBlocks, FileType, Policy, blank_attr
 from curvine_py.core.errors import InvalidArgument
 from curvine_py.fuse.options import parse
 from curvine_py.fuse.pagecache import CacheVersions, RequestCounters, Version
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 
-def reply(size: int = 10, mtime: int = 5, ctime: int = 6, ids: tuple[int, ...] = (100,)) -> pb.BlocksReply:
-    return pb.BlocksReply(attr=cpb.Attr(ino=7, size=size, mtime_ns=mtime, ctime_ns=ctime),
-                          blocks=[pb.BlockInfo(index=i, block_id=b) for i, b in enumerate(ids)])
+def reply(size: int = 10, mtime: int = 5, ctime: int = 6, ids: tuple[int, ...] = (100,)) -> FileBlocks:
+    attr = replace(blank_attr(7, FileType.REGULAR), size=size, mtime_ns=mtime, ctime_ns=ctime)
+    return FileBlocks(attr, tuple(BlockInfo(index=i, block_id=b, length=0) for i, b in enumerate(ids)), Policy())
 
 
 def test_the_first_open_drops_and_an_unchanged_re_open_keeps() -> None:
@@ -27,7 +27,7 @@ def test_the_first_open_drops_and_an_unchanged_re_open_keeps() -> None:
 
 @pytest.mark.parametrize("changed", [reply(size=11), reply(mtime=9), reply(ctime=9), reply(ids=(101,)),
                                      reply(ids=(100, 102))], ids=["size", "mtime", "ctime", "block", "blocks"])
-def test_any_change_of_the_version_drops_then_the_new_one_is_kept(changed: pb.BlocksReply) -> None:
+def test_any_change_of_the_version_drops_then_the_new_one_is_kept(changed: FileBlocks) -> None:
     versions = CacheVersions()
     versions.at_open(7, Version.of_blocks(reply()))
     new = Version.of_blocks(changed)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import errno
 import stat
+from dataclasses import replace
 
 import pyfuse3
 import pytest
 import trio
 
+from curvine_py.core.domain import FileType, blank_attr
 from curvine_py.core.errors import InvalidArgument, NotFound, StaleEpoch, Timeout, Unavailable
 from curvine_py.core.posix import kill_suid_sgid, needs_kill
 from curvine_py.fuse.attrs import InodeMap, Timeouts, entry_attributes
@@ -16,7 +18,6 @@ from curvine_py.fuse.errors import FAIL_FAST_ENV, boundary, fuse_errno
 from curvine_py.fuse.options import parse
 from curvine_py.fuse.readbuf import POOLED, ReplyBuffers
 from curvine_py.fuse.state import AttrCache, LookupCounts
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 
 
 def test_options_defaults_and_fuse_style_strings() -> None:
@@ -38,10 +39,10 @@ def test_inode_map_makes_the_mounted_directory_inode_1() -> None:
     inodes = InodeMap(root=42)
     assert inodes.to_master(1) == 42 and inodes.to_fuse(42) == 1
     assert inodes.to_master(7) == 7 and inodes.to_fuse(7) == 7
-    attr = cpb.Attr(ino=42, type=cpb.DIRECTORY, mode=0o755, nlink=3, size=0, mtime_ns=5, ctime_ns=6)
+    attr = replace(blank_attr(42, FileType.DIRECTORY), mode=0o755, nlink=3, mtime_ns=5, ctime_ns=6)
     entry = entry_attributes(attr, inodes, Timeouts(1.0, 2.0, 0.0))
     assert entry.st_ino == 1 and stat.S_ISDIR(entry.st_mode) and entry.entry_timeout == 2.0
-    entry = entry_attributes(cpb.Attr(ino=9, type=cpb.REGULAR, size=10, mtime_ns=5, ctime_ns=6), inodes,
+    entry = entry_attributes(replace(blank_attr(9, FileType.REGULAR), size=10, mtime_ns=5, ctime_ns=6), inodes,
                              Timeouts(1.0, 1.0, 0.0), size=99, mtime_ns=50)
     assert (entry.st_size, entry.st_mtime_ns, entry.st_ctime_ns, entry.st_blocks) == (99, 50, 50, 1)
 
@@ -75,7 +76,7 @@ def test_errno_table_and_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_attr_cache_expires_and_touches() -> None:
     now = [100.0]
     cache = AttrCache(1.0, clock=lambda: now[0])
-    cache.put(cpb.Attr(ino=5, mtime_ns=10, ctime_ns=10, nlink=2))
+    cache.put(replace(blank_attr(5), mtime_ns=10, ctime_ns=10, nlink=2))
     assert cache.get(5) is not None
     cache.touch(5, 20)
     cached = cache.get(5)
@@ -83,7 +84,7 @@ def test_attr_cache_expires_and_touches() -> None:
     now[0] += 1.5
     assert cache.get(5) is None
     off = AttrCache(0.0)
-    off.put(cpb.Attr(ino=1))
+    off.put(blank_attr(1))
     assert off.get(1) is None
 
 

@@ -7,10 +7,8 @@ from __future__ import annotations
 import pytest
 
 from curvine_py.client.files import CurvineFile
-from curvine_py.core.domain import Policy
+from curvine_py.core.domain import FileBlocks, FileType, NewNode, Policy
 from curvine_py.core.errors import CurvineError
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from tests.harness import Cluster, random_bytes
 
 KiB = 1024
@@ -22,8 +20,8 @@ def _new_file(cluster: Cluster, name: str) -> tuple[CurvineFile, object]:
     client.fs.mkdir("/small", parents=True)
     client.fs.set_policy("/small", Policy(block_size=BLOCK))
     parent = client.fs.stat("/small").ino
-    attr = client.master.create(pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=0o644))
-    handle = CurvineFile(client.blocks, attr, node="test", writable=True, blocks=pb.BlocksReply(attr=attr))
+    attr = client.master.create(NewNode(parent, name, FileType.REGULAR, 0o644))
+    handle = CurvineFile(client.blocks, attr, node="test", writable=True, blocks=FileBlocks(attr, (), Policy()))
     return handle, client
 
 
@@ -131,7 +129,7 @@ def test_read_ahead_fetches_the_window_before_it_is_read(cluster1: Cluster) -> N
 def test_write_behind_sends_full_blocks_in_the_background(cluster1: Cluster) -> None:
     handle, client = _new_file(cluster1, "behind")
     handle = CurvineFile(client.blocks, handle.attr, node="test", writable=True,  # type: ignore[attr-defined]
-                         blocks=pb.BlocksReply(attr=handle.attr), write_behind=True)
+                         blocks=FileBlocks(handle.attr, (), Policy()), write_behind=True)
     data = random_bytes(10 * BLOCK + 77, seed=8)
     for offset in range(0, len(data), 10_000):
         handle.pwrite(offset, data[offset:offset + 10_000])
@@ -146,7 +144,7 @@ def test_write_behind_sends_full_blocks_in_the_background(cluster1: Cluster) -> 
 def test_write_behind_errors_surface_at_commit(cluster1: Cluster) -> None:
     handle, client = _new_file(cluster1, "behind-fails")
     handle = CurvineFile(client.blocks, handle.attr, node="test", writable=True,  # type: ignore[attr-defined]
-                         blocks=pb.BlocksReply(attr=handle.attr), write_behind=True)
+                         blocks=FileBlocks(handle.attr, (), Policy()), write_behind=True)
     handle.pwrite(0, random_bytes(BLOCK, seed=9))      # full: sent in the background
     cluster1.kill_worker(0)
     handle.pwrite(BLOCK, b"tail")

@@ -2,12 +2,13 @@
 invalidation drops, and the backoff for directories where prefetching does not pay."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from curvine_py.core.domain import DirEntry, blank_attr
 from curvine_py.fuse import names
 from curvine_py.fuse.names import NameCache
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 
 DIR = 10
 
@@ -20,8 +21,8 @@ class Clock:
         return self.now
 
 
-def page(names: range, *, size: int = 0) -> list[pb.DirEntry]:
-    return [pb.DirEntry(name=f"f{i}", attr=cpb.Attr(ino=1000 + i, size=size)) for i in names]
+def page(names: range, *, size: int = 0) -> list[DirEntry]:
+    return [DirEntry(f"f{i}", replace(blank_attr(1000 + i), size=size)) for i in names]
 
 
 def hot_cache(clock: Clock, **kwargs: int) -> NameCache:
@@ -64,7 +65,7 @@ def test_every_invalidation_drops_what_it_touches() -> None:
     cache = hot_cache(clock)
     cache.forget_inode(1003)
     assert cache.get(DIR, "f3") is None and cache.get(DIR, "f4") is not None
-    cache.refresh(cpb.Attr(ino=1004, size=77))
+    cache.refresh(replace(blank_attr(1004), size=77))
     held = cache.get(DIR, "f4")
     assert held is not None and held[0].size == 77
     cache.forget_directory(DIR)

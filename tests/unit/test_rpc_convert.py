@@ -193,6 +193,12 @@ def test_scrub_page(value: cluster.ScrubPage) -> None:
     roundtrip(convert.scrub_page_pb, convert.scrub_page_from_pb, value)
 
 
+@pytest.mark.parametrize("value", list(domain.StorageClass))
+def test_storage_class_for_a_header_field(value: domain.StorageClass) -> None:
+    assert convert.storage_class_from_pb(convert.storage_class_pb(value)) == value
+    assert cpb.StorageClass.Name(convert.storage_class_pb(value)).endswith(value.name)
+
+
 def test_an_unknown_storage_class_is_refused() -> None:
     """proto3 enums are open: a number this build does not know is InvalidArgument, never stored."""
     with pytest.raises(InvalidArgument, match="unknown storage class 7"):
