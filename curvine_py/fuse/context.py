@@ -137,9 +137,16 @@ class MountContext:
         self.note(opened.file.attr)
 
     def note(self, attr: Attr) -> Attr:
-        """Every attribute reply passes here: open files learn the mode, the cache the rest."""
+        """Every attribute reply passes here: open files learn the mode, the cache the rest.
+
+        A reply older than what an open file here already knows (its ctime before the file's: the
+        master answered before this mount's own commit or setattr landed, the reply came back
+        after) is replaced by the file's: cached or shown, it would set the kernel's size back
+        (tests/fuse/test_attr_races.py)."""
         opened = self.handles.open_files.get(attr.ino)
         if opened is not None:
+            if attr.ctime_ns < opened.file.attr.ctime_ns:
+                attr = opened.file.attr
             opened.mode = attr.mode
         self.attrs.put(attr)
         return attr
