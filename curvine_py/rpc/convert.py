@@ -11,6 +11,7 @@ FileType.UNSPECIFIED, which the mount shows without type bits, as before.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
@@ -254,24 +255,16 @@ def added_block_from_pb(r: mpb.AddBlockReply) -> AddedBlock:
 
 # -- cluster --------------------------------------------------------------------------------
 
+# WorkerInfo's fields are the message's, name for name (test_rpc_convert checks the round trip).
+_WORKER_FIELDS = tuple(f.name for f in dataclasses.fields(WorkerInfo))
+
+
 def worker_pb(w: WorkerInfo) -> mpb.WorkerInfo:
-    return mpb.WorkerInfo(worker_id=w.worker_id, host=w.host, port=w.port, unix_socket=w.unix_socket,
-                          node=w.node, capacity=w.capacity, used=w.used, available=w.available,
-                          lm_port=w.lm_port, live=w.live, last_heartbeat_ms=w.last_heartbeat_ms,
-                          blocks=w.blocks, objects=w.objects, evictions=w.evictions,
-                          free_space_ratio=w.free_space_ratio, reserve_bytes=w.reserve_bytes,
-                          fs_free_bytes=w.fs_free_bytes, hits=w.hits, misses=w.misses,
-                          metrics_port=w.metrics_port)
+    return mpb.WorkerInfo(**{name: getattr(w, name) for name in _WORKER_FIELDS})
 
 
 def worker_from_pb(w: mpb.WorkerInfo) -> WorkerInfo:
-    return WorkerInfo(worker_id=w.worker_id, host=w.host, port=w.port, unix_socket=w.unix_socket,
-                      node=w.node, capacity=w.capacity, used=w.used, available=w.available,
-                      lm_port=w.lm_port, live=w.live, last_heartbeat_ms=w.last_heartbeat_ms,
-                      blocks=w.blocks, objects=w.objects, evictions=w.evictions,
-                      free_space_ratio=w.free_space_ratio, reserve_bytes=w.reserve_bytes,
-                      fs_free_bytes=w.fs_free_bytes, hits=w.hits, misses=w.misses,
-                      metrics_port=w.metrics_port)
+    return WorkerInfo(**{name: getattr(w, name) for name in _WORKER_FIELDS})
 
 
 def usage_from_pb(r: mpb.HeartbeatRequest) -> Usage:
