@@ -131,33 +131,20 @@ def create_result_from_pb(r: mpb.CreateResult) -> Attr | CurvineError:
     return from_errno(r.errno, r.error) if r.errno else attr_from_pb(r.attr)
 
 
+# SetAttrChanges' optional fields, each a proto3 `optional` of the same name (presence = change it).
+_SETATTR_OPTIONAL = ("mode", "uid", "gid", "size", "atime_ns", "mtime_ns", "ctime_ns")
+
+
 def setattr_pb(ino: int, c: SetAttrChanges) -> mpb.SetAttrRequest:
     """Only the fields to change are set (proto3 `optional`: presence is what the master reads)."""
-    request = mpb.SetAttrRequest(ino=ino, atime_now=c.atime_now, mtime_now=c.mtime_now)
-    if c.mode is not None:
-        request.mode = c.mode
-    if c.uid is not None:
-        request.uid = c.uid
-    if c.gid is not None:
-        request.gid = c.gid
-    if c.size is not None:
-        request.size = c.size
-    if c.atime_ns is not None:
-        request.atime_ns = c.atime_ns
-    if c.mtime_ns is not None:
-        request.mtime_ns = c.mtime_ns
-    if c.ctime_ns is not None:
-        request.ctime_ns = c.ctime_ns
-    return request
+    return mpb.SetAttrRequest(ino=ino, atime_now=c.atime_now, mtime_now=c.mtime_now,
+                              **{name: value for name in _SETATTR_OPTIONAL
+                                 if (value := getattr(c, name)) is not None})
 
 
 def setattr_from_pb(r: mpb.SetAttrRequest) -> SetAttrChanges:
-    def opt(field: str) -> int | None:
-        return int(getattr(r, field)) if r.HasField(field) else None
-
-    return SetAttrChanges(mode=opt("mode"), uid=opt("uid"), gid=opt("gid"), size=opt("size"),
-                          atime_ns=opt("atime_ns"), mtime_ns=opt("mtime_ns"), atime_now=r.atime_now,
-                          mtime_now=r.mtime_now, ctime_ns=opt("ctime_ns"))
+    return SetAttrChanges(atime_now=r.atime_now, mtime_now=r.mtime_now,
+                          **{name: int(getattr(r, name)) if r.HasField(name) else None for name in _SETATTR_OPTIONAL})
 
 
 def unlink_reply(r: UnlinkResult) -> mpb.UnlinkReply:
