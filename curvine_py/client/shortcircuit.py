@@ -58,34 +58,15 @@ class ShortCircuitClient:
         assert self._sock is not None
         request_id = next(self._ids) & frames.MAX_REQUEST_ID
         self._sock.sendall(frames.encode(op, request_id, header))
-        buffer = bytearray()
-        fds: list[int] = []
-        need = frames.PREFIX_SIZE
-        prefix = None
-        while len(buffer) < need:
-            data, got_fds, _flags, _addr = socket.recv_fds(self._sock, _MAX_REPLY, 1)
-            if not data:
-                raise Unavailable("short-circuit socket closed")
-            buffer += data
-            fds += got_fds
-            if prefix is None and len(buffer) >= frames.PREFIX_SIZE:
-                prefix = frames.decode_prefix(bytes(buffer[:frames.PREFIX_SIZE]), max_payload=0,
-                                              expect_response=True)
-                need = frames.PREFIX_SIZE + prefix.header_length
-        assert prefix is not None
-        if prefix.request_id != request_id or prefix.op != op:
-            for stray in fds:
-                os.close(stray)
-            raise ProtocolError("short-circuit reply out of order")
-        reply = frames.decode_header(bytes(buffer[frames.PREFIX_SIZE:need]))
-        for extra in fds[1:]:
-            os.close(extra)
-        fd = fds[0] if fds else None
-        if reply.errno:
-            if fd is not None:
-                os.close(fd)
-            raise from_errno(reply.errno, reply.message)
-        return reply, fd
+        assembly = FdReply(op, request_id)
+        try:
+            while not assembly.complete:
+                data, got_fds, _flags, _addr = socket.recv_fds(self._sock, _MAX_REPLY, 1)
+                assembly.feed(data, got_fds)
+        except BaseException:
+            assembly.close()
+            raise
+        return assembly.result()
 
     def read(self, op: frames.Op, header: DataHeader, out: memoryview | None = None,
              *, digest: bool = False) -> tuple[DataHeader, memoryview | None, list[int] | None]:
@@ -125,3 +106,57 @@ class ShortCircuitClient:
             return reply, target, None
         finally:
             os.close(fd)
+
+
+class FdReply:
+    """Sans-IO: one short-circuit reply (prefix, header and the descriptor riding with it) as its
+    pieces arrive, for the blocking client here and the mount's trio reader (fuse/localfds.py).
+    Every descriptor received is closed unless `result()` hands it to the caller."""
+
+    def __init__(self, op: frames.Op, request_id: int) -> None:
+        self.op, self.request_id = op, request_id
+        self.buffer = bytearray()
+        self.fds: list[int] = []
+        self.need = frames.PREFIX_SIZE
+        self.prefix: frames.FramePrefix | None = None
+
+    @property
+    def complete(self) -> bool:
+        return len(self.buffer) >= self.need
+
+    def feed(self, data: bytes, fds: list[int]) -> None:
+        self.fds += fds
+        try:
+            if not data:
+                raise Unavailable("short-circuit socket closed by the worker")
+            self.buffer += data
+            if self.prefix is None and len(self.buffer) >= frames.PREFIX_SIZE:
+                self.prefix = frames.decode_prefix(bytes(self.buffer[:frames.PREFIX_SIZE]), max_payload=0,
+                                                   expect_response=True)
+                self.need = frames.PREFIX_SIZE + self.prefix.header_length
+        except BaseException:
+            self.close()
+            raise
+
+    def result(self) -> tuple[DataHeader, int | None]:
+        """The reply header and its descriptor; the worker's error as its CurvineError."""
+        prefix = self.prefix
+        try:
+            assert prefix is not None and self.complete
+            if prefix.op != self.op or prefix.request_id != self.request_id or len(self.buffer) != self.need:
+                raise ProtocolError(f"short-circuit reply {prefix.op.name}#{prefix.request_id} "
+                                    f"to {self.op.name}#{self.request_id}")
+            reply = frames.decode_header(bytes(self.buffer[frames.PREFIX_SIZE:self.need]))
+            if reply.errno:
+                raise from_errno(reply.errno, reply.message)
+        except BaseException:
+            self.close()
+            raise
+        for extra in self.fds[1:]:
+            os.close(extra)
+        return reply, (self.fds[0] if self.fds else None)
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import trio
 
+from curvine_py.client.shortcircuit import FdReply
 from curvine_py.core import frames, layout
 from curvine_py.core.domain import BlockInfo
 from curvine_py.core.errors import CurvineError
@@ -74,38 +75,24 @@ class _UnixConnection:
         data = memoryview(frames.encode(op, request_id, header))
         while data:
             data = data[await self.sock.send(data):]
-        buffer = bytearray()
-        fds: list[int] = []
-        need = frames.PREFIX_SIZE
-        prefix = None
+        assembly = FdReply(op, request_id)
         try:
-            while len(buffer) < need:
+            while not assembly.complete:
                 got, ancillary, _flags, _addr = await self.sock.recvmsg(_MAX_REPLY, _FD_SPACE)
+                fds: list[int] = []
                 for level, kind, payload in ancillary:
                     if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                         numbers = array.array("i")
                         numbers.frombytes(payload[:len(payload) - len(payload) % numbers.itemsize])
                         fds.extend(numbers)
-                if not got:
-                    raise LocalMiss("short-circuit socket closed by the worker")
-                buffer += got
-                if prefix is None and len(buffer) >= frames.PREFIX_SIZE:
-                    prefix = frames.decode_prefix(bytes(buffer[:frames.PREFIX_SIZE]), max_payload=0,
-                                                  expect_response=True)
-                    need = frames.PREFIX_SIZE + prefix.header_length
-            assert prefix is not None
-            if prefix.op != op or prefix.request_id != request_id or len(buffer) != need:
-                raise LocalMiss(f"short-circuit reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
-            reply = frames.decode_header(bytes(buffer[frames.PREFIX_SIZE:need]))
-            if reply.errno:
-                raise LocalMiss(f"worker answered errno {reply.errno}: {reply.message}")
+                assembly.feed(got, fds)
         except BaseException:
-            for fd in fds:
-                os.close(fd)
+            assembly.close()
             raise
-        for extra in fds[1:]:
-            os.close(extra)
-        return reply, (fds[0] if fds else None)
+        try:
+            return assembly.result()
+        except CurvineError as exc:     # the worker's error or a confused stream: the caller falls back
+            raise LocalMiss(str(exc)) from None
 
 
 class LocalFds:
