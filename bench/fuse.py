@@ -47,9 +47,8 @@ from bench.fuse_ceiling import serving
 from curvine_py.client import CurvineClient
 from curvine_py.client.buffers import aligned
 from curvine_py.client.files import CurvineFile
+from curvine_py.core.domain import Attr, FileBlocks, FileType, NewNode, Policy
 from curvine_py.core.errors import NotFound
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from tests.fuse.mounts import Mount
 from tests.harness import Cluster
 
@@ -101,9 +100,9 @@ class Bench:
     def lib_write(self, name: str, size: int) -> float:
         chunk = self.source
         started = time.perf_counter()
-        attr = self.client.master.create(pb.CreateRequest(parent=1, name=name, type=cpb.REGULAR, mode=0o644))
+        attr = self.client.master.create(NewNode(parent=1, name=name, type=FileType.REGULAR, mode=0o644))
         handle = CurvineFile(self.client.blocks, attr, node=self.node, writable=True,
-                             blocks=pb.BlocksReply(attr=attr))
+                             blocks=FileBlocks(attr=attr, blocks=(), policy=Policy()))
         for offset in range(0, size, MiB):
             handle.pwrite(offset, chunk)
         handle.close()
@@ -165,7 +164,7 @@ class Bench:
         attrs = [self.client.master.lookup(1, name) for name in names]
         buffers = self._fs_buffers(len(names), int(attrs[0].size))
 
-        def one(item: tuple[cpb.Attr, memoryview]) -> int:
+        def one(item: tuple[Attr, memoryview]) -> int:
             handle = CurvineFile(self.client.blocks, item[0], node=self.node, writable=False)
             try:
                 return handle.pread_into(0, item[1])
@@ -212,12 +211,11 @@ class Bench:
     # -- metadata ------------------------------------------------------------------------------
     def lib_meta(self, files: int, threads: int) -> dict[str, float]:
         directory = self._fresh("lib-meta")
-        top = self.client.master.create(pb.CreateRequest(parent=1, name=directory, type=cpb.DIRECTORY,
-                                                         mode=0o755)).ino
+        top = self.client.master.create(NewNode(parent=1, name=directory, type=FileType.DIRECTORY, mode=0o755)).ino
         groups = []
         for t in range(threads):     # one directory per thread, as mdtest -u (see mount_meta)
-            parent = self.client.master.create(pb.CreateRequest(parent=top, name=f"t{t}", type=cpb.DIRECTORY,
-                                                                mode=0o755)).ino
+            parent = self.client.master.create(NewNode(parent=top, name=f"t{t}", type=FileType.DIRECTORY,
+                                                       mode=0o755)).ino
             groups.append([(parent, f"f{i:06d}") for i in range(t, files, threads)])
 
         def create(item: tuple[int, str]) -> None:
@@ -225,8 +223,7 @@ class Bench:
                 self.client.master.lookup(*item)
             except NotFound:
                 pass
-            self.client.master.create(pb.CreateRequest(parent=item[0], name=item[1], type=cpb.REGULAR,
-                                                       mode=0o644))
+            self.client.master.create(NewNode(parent=item[0], name=item[1], type=FileType.REGULAR, mode=0o644))
 
         return {
             "create": _rate(create, groups),

@@ -287,7 +287,7 @@ def plugin_entry(name: str, master: str, *, node: str, token: str = "", batch_st
 
 
 def part1(root: pathlib.Path, args: Any) -> dict[str, Any]:
-    from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+    from curvine_py.core.domain import Policy, StorageClass
     from tests.fuse.mounts import Mount
     from tests.harness import Cluster
     from tests.lmcache.harness import RedisServer, StockLMServer, run_l2_bench
@@ -309,7 +309,7 @@ def part1(root: pathlib.Path, args: Any) -> dict[str, Any]:
         if not args.no_fs:
             client = cluster.client()
             client.fs.mkdir("/lmcache")
-            client.fs.set_policy("/lmcache", cpb.Policy(storage_class=cpb.CACHE))
+            client.fs.set_policy("/lmcache", Policy(storage_class=StorageClass.CACHE))
             mnt = root / "mnt"
             stack.enter_context(Mount(cluster.master_address, mnt, args=["--node", "bench-client"]))
             backends.append({"name": "fs_curvine", "url": f"fs://localhost:0{mnt}/lmcache"})

@@ -294,7 +294,7 @@ def same_tcp(root: pathlib.Path, args: Any, cc: str) -> dict[str, Any]:
 
 def fs_rows(root: pathlib.Path, args: Any) -> dict[str, Any]:
     """Part B: fs:// over the mount, cold and warm, beside the native plugin, on loopback."""
-    from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+    from curvine_py.core.domain import Policy, StorageClass
     from tests.fuse.mounts import Mount
     from tests.harness import Cluster
 
@@ -304,7 +304,7 @@ def fs_rows(root: pathlib.Path, args: Any) -> dict[str, Any]:
         cluster.wait_for_live_workers(1)
         client = cluster.client()
         client.fs.mkdir("/lmcache")
-        client.fs.set_policy("/lmcache", cpb.Policy(storage_class=cpb.CACHE))
+        client.fs.set_policy("/lmcache", Policy(storage_class=StorageClass.CACHE))
         writer_mnt, reader_mnt, local_mnt = root / "mnt-writer", root / "mnt-reader", root / "mnt-local"
         stack.enter_context(Mount(cluster.master_address, writer_mnt, args=["--node", "bench-writer"]))
         reader = stack.enter_context(Mount(cluster.master_address, reader_mnt,

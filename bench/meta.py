@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench import common
+from curvine_py.core.domain import FileType, NewNode
 
 POP_DIR = "pop"
 POP_BATCH = 50_000
@@ -52,7 +53,6 @@ def file_name(index: int) -> str:
 def populate(data_dir: pathlib.Path, files: int) -> dict[str, float]:
     from curvine_py.master.main import DB_FILE
     from curvine_py.master.namespace import Namespace
-    from curvine_py.master.types import FileType
 
     data_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -121,7 +121,6 @@ def store_costs(data_dir: pathlib.Path, files: int, ops: int, repeats: int, url:
     SQL cost and how it grows with N. Each op kind runs inside one transaction, so no fsync is
     counted here (the gRPC numbers include it). `url`: the PostgreSQL database instead. Returns
     every repeat's sample per op."""
-    from curvine_py.master.types import FileType
 
     ns = open_store(data_dir, url)
     rng = random.Random(files + 1)
@@ -178,29 +177,23 @@ def run_concurrently(work: Sequence[Callable[[], object]], threads: int) -> floa
 
 class MetaRun:
     def __init__(self, master: Any, files: int, ops: int, seed: int) -> None:
-        from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-        from curvine_py.proto.curvine.v1 import master_pb2 as pb
-
         self.master = master
         self.files = files
         self.ops = ops
         self.rng = random.Random(seed)
         self.parent = master.lookup(1, POP_DIR).ino
-        self._pb, self._cpb = pb, cpb
 
     def floor(self, threads: int) -> float:
         return run_concurrently([self.master.membership] * self.ops, threads)
 
     def repeat(self, tag: str, threads: int) -> dict[str, tuple[float, float]]:
         """One repeat of every op: {op: (ops/s, floor ops/s measured just before it)}."""
-        pb, cpb, m, parent = self._pb, self._cpb, self.master, self.parent
+        m, parent = self.master, self.parent
         fresh = [f"new-{tag}-{i:06d}" for i in range(self.ops)]
         existing = [file_name(self.rng.randrange(self.files)) for _ in range(self.ops)]
 
         def create(name: str) -> Callable[[], object]:
-            return lambda: m.create(
-                pb.CreateRequest(parent=parent, name=name, type=cpb.REGULAR, mode=0o644, exclusive=True)
-            )
+            return lambda: m.create(NewNode(parent=parent, name=name, type=FileType.REGULAR, mode=0o644, exclusive=True))
 
         work: dict[str, list[Callable[[], object]]] = {
             "create": [create(n) for n in fresh],

@@ -368,7 +368,7 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(params: SoakParams, root: pathlib.Path, *, token: str = "") -> dict[str, Any]:
     """Starts the cluster under `root`, soaks it, stops it; returns the result (see module doc)."""
-    from curvine_py.proto.curvine.v1 import common_pb2 as cpb
+    from curvine_py.core.domain import Policy, StorageClass
     from tests.harness import Cluster
 
     names = ["master", "worker0", "worker1", "worker2"]
@@ -376,7 +376,7 @@ def run(params: SoakParams, root: pathlib.Path, *, token: str = "") -> dict[str,
         cluster.wait_for_live_workers(3)
         admin = cluster.client()
         admin.fs.mkdir(SOAK_DIR)
-        admin.fs.set_policy(SOAK_DIR, cpb.Policy(storage_class=cpb.DURABLE, replicas=2, block_size=FILE_BLOCK))
+        admin.fs.set_policy(SOAK_DIR, Policy(storage_class=StorageClass.DURABLE, replicas=2, block_size=FILE_BLOCK))
         pids = {"master": cluster.master.process.pid}           # type: ignore[union-attr]
         pids.update({f"worker{i}": w.process.pid for i, w in enumerate(cluster.workers) if w})
         start_at = time.time() + STARTUP_S + params.clients * 0.05

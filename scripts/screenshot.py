@@ -20,8 +20,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from curvine_py.client.master import MasterClient
+from curvine_py.core.domain import Policy, StorageClass
 from curvine_py.observe.roles import STATUS_MIN_AGE_S
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from tests.harness import Cluster, wait_until
 from tests.web.browser import chromium
 
@@ -31,9 +31,9 @@ MiB = 1 << 20
 def populate(cluster: Cluster) -> None:
     client = cluster.client()
     client.fs.mkdir("/kvcache")
-    client.fs.set_policy("/kvcache", cpb.Policy(storage_class=cpb.CACHE, ttl_ms=3_600_000))
+    client.fs.set_policy("/kvcache", Policy(storage_class=StorageClass.CACHE, ttl_ms=3_600_000))
     client.fs.mkdir("/models")
-    client.fs.set_policy("/models", cpb.Policy(storage_class=cpb.DURABLE, replicas=2))
+    client.fs.set_policy("/models", Policy(storage_class=StorageClass.DURABLE, replicas=2))
     client.fs.mkdir("/tenants")
     for tenant, limit in (("a", 256 * MiB), ("b", 0)):
         client.fs.mkdir(f"/tenants/{tenant}")

@@ -85,10 +85,9 @@ def main(argv: list[str]) -> int:
         logs.mkdir()
         with Cluster(root / "cluster", workers=1) as cluster:
             client = cluster.client()
-            from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-            from curvine_py.proto.curvine.v1 import master_pb2 as pb
+            from curvine_py.core.domain import FileType, NewNode
             for name in ("xfstests-test", "xfstests-scratch"):
-                client.master.create(pb.CreateRequest(parent=1, name=name, type=cpb.DIRECTORY, mode=0o755))
+                client.master.create(NewNode(parent=1, name=name, type=FileType.DIRECTORY, mode=0o755))
             HELPER.write_text(HELPER_SCRIPT.format(logs=logs, repo=REPO, python=sys.executable,
                                                    master=cluster.master_address))
             HELPER.chmod(0o755)

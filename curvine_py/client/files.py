@@ -29,9 +29,6 @@ from curvine_py.core.domain import Attr, BlockInfo, FileBlocks
 from curvine_py.core.errors import CurvineError, InvalidArgument
 from curvine_py.core.posix import SetAttrChanges
 from curvine_py.core.rules import truncate_map
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
-from curvine_py.proto.curvine.v1 import master_pb2 as pb
-from curvine_py.rpc import convert
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "BlockStore", "CurvineFile"]   # BlockStore: where callers import it from
 
@@ -41,10 +38,9 @@ DEFAULT_BLOCK_SIZE = 64 << 20
 class CurvineFile(io.RawIOBase):
     """An open regular file. Positional API (pread/pwrite) for FUSE, stream API for everyone."""
 
-    # transitional: protobuf `attr` and `blocks` from bench/fuse.py (not ours to edit), converted here
-    def __init__(self, store: BlockStore, attr: Attr | cpb.Attr, *, node: str, writable: bool,
+    def __init__(self, store: BlockStore, attr: Attr, *, node: str, writable: bool,
                  append: bool = False, on_close: Callable[[], None] | None = None,
-                 blocks: FileBlocks | pb.BlocksReply | None = None, read_ahead: int = 0,
+                 blocks: FileBlocks | None = None, read_ahead: int = 0,
                  write_behind: bool = False) -> None:
         """`blocks`: the block map when the caller already has it (a file it just created is
         empty: no GetBlocks round trip); fetched from the master otherwise. `read_ahead`: bytes
@@ -52,8 +48,6 @@ class CurvineFile(io.RawIOBase):
         sent in the background while the next one fills (at most two blocks in memory); its
         errors surface at the next write of that block or at commit, as write-back errors do."""
         super().__init__()
-        if isinstance(blocks, pb.BlocksReply):   # transitional: bench/fuse.py (not ours to edit) passes protobuf
-            blocks = convert.file_blocks_from_pb(blocks)
         self._store = store
         self.ino = attr.ino
         self._writable = writable

@@ -20,7 +20,6 @@ from curvine_py.core.domain import FileType, NewNode, Policy, PolicyAt
 from curvine_py.core.errors import AlreadyExists, CurvineError, InvalidArgument, IsADirectory, NotFound
 from curvine_py.core.keys import NAME_MAX, split_path
 from curvine_py.core.posix import ROOT_INO
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb  # transitional: bench/ passes protobuf policies
 
 COPY_CHUNK = 16 << 20
 
@@ -251,7 +250,7 @@ class FileSystem:
         return Quota(max_bytes=q.max_bytes, max_inodes=q.max_inodes, used_bytes=q.used_bytes,
                      used_inodes=q.used_inodes)
 
-    def set_policy(self, path: str, policy: Policy | cpb.Policy) -> PolicyAt:
+    def set_policy(self, path: str, policy: Policy) -> PolicyAt:
         return self.master.set_policy(normalize(path), policy)
 
     def get_policy(self, path: str) -> PolicyAt:

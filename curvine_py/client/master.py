@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TypeAlias, TypeVar, overload
+from typing import TypeAlias, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -40,7 +40,6 @@ from curvine_py.core.domain import (
 )
 from curvine_py.core.errors import CurvineError
 from curvine_py.core.posix import SetAttrChanges
-from curvine_py.proto.curvine.v1 import common_pb2 as cpb
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.master_pb2_grpc import MasterStub
 from curvine_py.rpc import convert
@@ -138,14 +137,7 @@ class MasterClient:
     def setattr(self, ino: int, changes: SetAttrChanges) -> Attr:
         return convert.attr_from_pb(self._call(self._rpc.set_attr, convert.setattr_pb(ino, changes)).attr)
 
-    @overload
-    def create(self, node: NewNode) -> Attr: ...
-    @overload
-    def create(self, node: pb.CreateRequest) -> cpb.Attr: ...   # transitional: bench/fuse.py, bench/meta.py
-
-    def create(self, node: NewNode | pb.CreateRequest) -> Attr | cpb.Attr:
-        if isinstance(node, pb.CreateRequest):    # transitional: bench/ (not ours to edit) still sends protobuf
-            return self._call(self._rpc.create, node).attr
+    def create(self, node: NewNode) -> Attr:
         return convert.attr_from_pb(self._call(self._rpc.create, convert.new_node_pb(node)).attr)
 
     def create_many(self, nodes: list[NewNode]) -> list[Attr | CurvineError]:
@@ -234,10 +226,8 @@ class MasterClient:
         self._call(self._rpc.abandon_blocks, pb.AbandonBlocksRequest(ino=ino, block_ids=block_ids))
 
     # -- policy and cluster ------------------------------------------------------------------
-    def set_policy(self, path: str, policy: Policy | cpb.Policy) -> PolicyAt:
-        # transitional: bench/lmcache*.py and bench/soak.py (not ours to edit) still pass protobuf
-        message = policy if isinstance(policy, cpb.Policy) else convert.policy_pb(policy)
-        request = pb.SetPolicyRequest(path=path, policy=message)
+    def set_policy(self, path: str, policy: Policy) -> PolicyAt:
+        request = pb.SetPolicyRequest(path=path, policy=convert.policy_pb(policy))
         return convert.policy_at_from_pb(self._call(self._rpc.set_policy, request))
 
     def get_policy(self, path: str) -> PolicyAt:

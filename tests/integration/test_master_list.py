@@ -21,6 +21,7 @@ import pytest
 from curvine_py.client import CurvineClient
 from curvine_py.client.master import MasterClient
 from curvine_py.config import parse_master_list
+from curvine_py.core.domain import FileType, NewNode
 from curvine_py.core.errors import InvalidArgument, Unavailable
 from curvine_py.csi import main as csi_main
 from curvine_py.fuse import options as mount_options
@@ -232,7 +233,7 @@ def test_a_call_lost_during_the_leaders_work_is_not_sent_again() -> None:
         try:
             def create() -> None:
                 try:
-                    master.create(pb.CreateRequest(parent=1, name="x"))
+                    master.create(NewNode(parent=1, name="x", type=FileType.REGULAR, mode=0o644))
                 except BaseException as exc:   # noqa: BLE001 - examined below
                     failure.append(exc)
             caller = threading.Thread(target=create)

@@ -30,8 +30,6 @@ COMMON = "curvine_py.proto.curvine.v1.common_pb2"
 MASTER = "curvine_py.proto.curvine.v1.master_pb2"
 HEADER_DECISION = ("the data plane's DataHeader stays the protobuf message by a measured decision (see core/frames.py's "
                    "entry): the modules that build or read headers import it")
-BENCH_PENDING = ("transitional (issue 9): CurvineFile still accepts the protobuf Attr and BlocksReply bench/fuse.py "
-                 "passes (not this work's to edit), converted at the door; removed when bench/ passes core's values")
 
 # (importing module, imported module) -> why it is still there.
 KNOWN_DEBT: dict[tuple[str, str], str] = {
@@ -48,10 +46,6 @@ KNOWN_DEBT: dict[tuple[str, str], str] = {
     ("client/kv.py", COMMON): HEADER_DECISION + " (its storage_class field takes common.proto's enum values)",
     ("fuse/dataplane.py", DATA_HEADER): HEADER_DECISION,
     ("fuse/localfds.py", DATA_HEADER): HEADER_DECISION,
-    ("client/fs.py", COMMON): "transitional: FileSystem.set_policy still takes a protobuf Policy from bench/lmcache*.py "
-                              "and bench/soak.py (not this work's to edit); removed when they pass core.domain.Policy",
-    ("client/files.py", COMMON): BENCH_PENDING,
-    ("client/files.py", MASTER): BENCH_PENDING,
 }
 
 
