@@ -258,7 +258,9 @@ class Files:
             stop = min(end, start + CHUNK)
             if len(data) < stop - start:
                 raise FastPathMiss(f"block {block.block_id:x}: chunk at {start} is short")
-            if whole and position == start and stop == end and len(data) == stop - start:
+            # The chunk is the whole reply only when it is the whole target: a target that began
+            # in the previous chunk has that part copied in already (a short reply reads as EOF).
+            if whole and position == inner == start and stop == end and len(data) == stop - start:
                 runs.taken(block, start)
                 return data          # no await from here to the reply (prefetch.py)
             target[position - inner:stop - inner] = data[position - start:stop - start]

@@ -4,6 +4,7 @@ go to the threaded client) and a file rewritten elsewhere reads new at its next 
 chunks of its old blocks are still held."""
 from __future__ import annotations
 
+import mmap
 import os
 import pathlib
 
@@ -69,3 +70,25 @@ def test_whole_chunk_reads_through_the_mount_are_right_and_never_stale(tmp_path:
         with cluster.client(node="writer").fs.open("/f.bin", "wb") as fh:
             fh.write(new)
         assert path.read_bytes() == new
+
+
+def test_a_read_across_two_chunks_returns_both(tmp_path: pathlib.Path) -> None:
+    """A 1 MiB request that starts inside a chunk and ends in the next (the kernel sends these
+    after a small first read shifts its windows) gets every byte of both: once the second chunk
+    was answered alone, the kernel took the short reply for the end of the file and the reader
+    saw EOF 1 MiB early. O_DIRECT preads reach the mount as exactly these requests."""
+    with Cluster(tmp_path / "cluster", workers=1) as cluster, \
+            Mount(cluster.master_address, tmp_path / "mnt", args=["--node", "elsewhere"]) as mount:
+        data = random_bytes(4 * MiB + 28, seed=34)
+        path = mount.path / "kv.bin"
+        path.write_bytes(data)
+        buffer = memoryview(mmap.mmap(-1, MiB))
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            for offset in (3 * MiB + 4096, MiB + 8192, 0):   # into the short last chunk, a middle one
+                got = os.preadv(fd, [buffer], offset)
+                want = data[offset:offset + MiB]
+                assert got == len(want) and buffer[:got] == want, f"read at {offset}"
+        finally:
+            os.close(fd)
+        assert os.stat(path).st_size == len(data)
