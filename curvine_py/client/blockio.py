@@ -8,7 +8,11 @@ returns verified bytes; each try gives up after `deadline_s` without an answer o
 cut off behind an open connection costs that long, not the bulk data timeout. A write goes to every granted worker at once and succeeds when at least
 one stored it; the block is then recorded with the workers that acknowledged it, and the master's
 re-replication restores the replica count. Only a write no worker took fails (and fails its file
-handle, see writeback.py).
+handle, see writeback.py); when the granted workers were all unreachable and have left the live set
+since the grant, a new block is asked for once first.
+
+Workers past their lease but still registered are used for what the master granted or lists (they
+may only be late with their heartbeats): a read tries them after every live copy.
 """
 from __future__ import annotations
 
@@ -19,11 +23,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from curvine_py.client.buffers import aligned, zero
 from curvine_py.client.master import MasterClient
-from curvine_py.client.membership import MembershipCache
+from curvine_py.client.membership import MembershipCache, View
 from curvine_py.client.suspects import Suspects
 from curvine_py.client.workerio import WorkerIO
 from curvine_py.core import frames, layout
-from curvine_py.core.domain import BlockInfo
+from curvine_py.core.domain import AddedBlock, BlockInfo
 from curvine_py.core.errors import (
     Corrupt,
     CurvineError,
@@ -114,12 +118,14 @@ class BlockStore:
         view = self.membership.view()
         request = DataHeader(block_id=block.block_id, offset=offset, length=length)
         errors: list[CurvineError] = []
-        if not any(w in view.workers for w in block.worker_ids):
-            view = self.membership.refresh()    # a worker that came back since the view was taken
-        candidates = self.suspects.order([w for w in block.worker_ids if w in view.workers], str)
-        for worker_id in candidates:
+        if (not any(w in view.workers for w in block.worker_ids)
+                or any(view.address(w) is None for w in block.worker_ids)):
+            view = self.membership.refresh()    # a worker that came back or joined since the view was taken
+        for worker_id in self._read_order(view, block):
+            worker = view.address(worker_id)
+            assert worker is not None   # _read_order keeps the reachable ones only
             try:
-                _reply, data = self.io.read(view.workers[worker_id], frames.Op.READ_BLOCK, request, out,
+                _reply, data = self.io.read(worker, frames.Op.READ_BLOCK, request, out,
                                             whole=False, deadline_s=self.deadline_s)
             except (Unavailable, Timeout, Corrupt, NotFound) as exc:   # NotFound: this copy was just dropped
                 if not isinstance(exc, (Corrupt, NotFound)):
@@ -134,26 +140,63 @@ class BlockStore:
             return data
         if errors:
             raise errors[-1]
-        raise Unavailable(f"block {block.block_id:x}: none of its workers {list(block.worker_ids)} is live")
+        raise Unavailable(f"block {block.block_id:x}: none of its workers {list(block.worker_ids)} is registered")
+
+    def _read_order(self, view: View, block: BlockInfo) -> list[str]:
+        """The block's workers a read tries, in order: live ones (recent failures last), then those
+        registered but past their lease (they may only be late with their heartbeats; a dead one
+        costs a refused connection or one deadline, tried after every live copy)."""
+        live = [w for w in block.worker_ids if w in view.workers]
+        late = [w for w in block.worker_ids if w not in view.workers and view.address(w) is not None]
+        return self.suspects.order(live, str) + self.suspects.order(late, str)
 
     def write(self, ino: int, index: int, data: memoryview, node: str) -> BlockInfo:
         """Allocates a block and writes it to all its workers in parallel (client fan-out, as
         Curvine); succeeds when at least one acknowledged (see the module docstring), with the
-        block's workers being the ones that did."""
-        grant = self.master.add_block(ino, index, node)
+        block's workers being the ones that did.
+
+        Error handling: when no granted worker took the block, each failed as unreachable and none
+        of them is live any more (it died or was partitioned after the master granted it), the
+        block is given up and a new one asked for, once: the master grants live workers only. Any
+        other total failure (a live worker refused, a disk is full) fails the write."""
         digest = layout.object_checksum(data)
+        for attempt in (1, 2):
+            grant = self.master.add_block(ino, index, node)
+            written, failed = self._send_all(grant, data, digest)
+            if written:
+                break
+            self.abandon(ino, [grant.block_id])   # partial copies on the failed workers go too
+            if attempt == 2 or not self._all_gone(failed):
+                raise failed[-1][1]
+            for worker_id, _error in failed:
+                self.suspects.mark(worker_id)
+            log.warning("block %x of inode %d: granted workers %s are unreachable and no longer live; "
+                        "asking for another grant", grant.block_id, ino, [w for w, _ in failed])
+        for worker_id, error in failed:
+            if not isinstance(error, NoSpace):
+                self.suspects.mark(worker_id)
+            log.warning("block %x of inode %d: stored on %s, not on %s (%s); the master restores "
+                        "its replicas", grant.block_id, ino, ",".join(written), worker_id, error)
+        return BlockInfo(index=index, block_id=grant.block_id, length=len(data), checksum=digest,
+                         worker_ids=tuple(written))
+
+    def _send_all(self, grant: AddedBlock, data: memoryview,
+                  digest: int) -> tuple[list[str], list[tuple[str, CurvineError]]]:
+        """Writes the granted block to each of its workers: (those that stored it, (worker, error)
+        for the others)."""
         view = self.membership.view()
-        missing = [w for w in grant.worker_ids if w not in view.workers]
-        if missing:
-            view = self.membership.refresh()
+        if any(w not in view.workers for w in grant.worker_ids):
+            view = self.membership.refresh()   # the master saw them live: our view is older than the grant
         header = DataHeader(block_id=grant.block_id, length=len(data), checksum=digest,
                             storage_class=convert.storage_class_pb(grant.storage_class), ttl_ms=grant.ttl_ms)
 
         def send(worker_id: str) -> CurvineError | None:
-            worker = view.workers.get(worker_id)
+            # A granted worker that has left the live set since is still written to: it may only be
+            # late with its heartbeats (its address is known as long as it is registered).
+            worker = view.address(worker_id)
             try:
                 if worker is None:
-                    raise Unavailable(f"worker {worker_id} chosen for block {grant.block_id:x} is not live")
+                    raise Unavailable(f"worker {worker_id} chosen for block {grant.block_id:x} is not registered")
                 self.io.call(worker, frames.Op.WRITE_BLOCK, header, data)
             except (Unavailable, Timeout, NoSpace) as exc:   # this replica is lost, not the write
                 return exc
@@ -163,16 +206,15 @@ class BlockStore:
         outcomes = [send(ids[0])] if len(ids) == 1 else list(self._fanout.map(send, ids))
         written = [w for w, error in zip(ids, outcomes, strict=True) if error is None]
         failed = [(w, error) for w, error in zip(ids, outcomes, strict=True) if error is not None]
-        if not written:
-            self.abandon(ino, [grant.block_id])   # partial copies on the failed workers go too
-            raise failed[-1][1]
-        for worker_id, error in failed:
-            if not isinstance(error, NoSpace):
-                self.suspects.mark(worker_id)
-            log.warning("block %x of inode %d: stored on %s, not on %s (%s); the master restores "
-                        "its replicas", grant.block_id, ino, ",".join(written), worker_id, error)
-        return BlockInfo(index=index, block_id=grant.block_id, length=len(data), checksum=digest,
-                         worker_ids=tuple(written))
+        return written, failed
+
+    def _all_gone(self, failed: list[tuple[str, CurvineError]]) -> bool:
+        """Every failed worker was unreachable and is not live in a fresh view (a new grant would
+        choose others); a refused write (full disk) or a worker still live would fail again."""
+        if not failed or any(not isinstance(error, (Unavailable, Timeout)) for _, error in failed):
+            return False
+        view = self.membership.refresh()
+        return all(w not in view.workers for w, _ in failed)
 
     def abandon(self, ino: int, block_ids: list[int]) -> None:
         """Frees blocks allocated for `ino` that will never be committed. Best effort: if the

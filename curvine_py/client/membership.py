@@ -1,5 +1,10 @@
-"""The client's cached copy of the master's membership view (live workers + epoch) and the
-rendezvous placement built from it.
+"""The client's cached copy of the master's membership view (every registered worker with its live
+flag, and the epoch) and the rendezvous placement built from it.
+
+Placement (KV keys) is over the live workers only; addresses are kept for every registered one, so
+a block the master granted or listed on a worker that has just missed its lease (a late heartbeat
+on a starved machine) can still be written or read there. A worker that is really gone fails that
+request fast (connection refused) or within its deadline, and the caller moves on.
 
 KV traffic never touches the master: the view is refreshed in the background of calls every
 `refresh_s`, and immediately when a worker answers ESTALE or cannot be reached.
@@ -10,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from curvine_py.core.cluster import MembershipView
 from curvine_py.core.errors import CurvineError, Unavailable
@@ -34,8 +39,14 @@ class WorkerAddress:
 @dataclass(frozen=True, slots=True)
 class View:
     epoch: int
-    workers: dict[str, WorkerAddress]
+    workers: dict[str, WorkerAddress]     # the live workers: what placement ranks (KV keys)
     placement: Rendezvous
+    # Every registered worker, live or not: where a granted or listed block copy is reached.
+    reachable: dict[str, WorkerAddress] = field(default_factory=dict)
+
+    def address(self, worker_id: str) -> WorkerAddress | None:
+        """The worker's address if the master has it registered (live or not)."""
+        return self.reachable.get(worker_id) or self.workers.get(worker_id)
 
 
 def weight_of(capacity: int) -> float:
@@ -44,12 +55,15 @@ def weight_of(capacity: int) -> float:
 
 
 def build_view(reply: MembershipView) -> View:
-    workers = {
+    """`workers` and the placement: the live ones; `reachable`: all (a master that sends only its
+    live workers gives the same two maps)."""
+    reachable = {
         w.worker_id: WorkerAddress(w.worker_id, w.host, w.port, w.node, w.unix_socket, w.capacity)
-        for w in reply.workers if w.live
+        for w in reply.workers
     }
+    workers = {w.worker_id: reachable[w.worker_id] for w in reply.workers if w.live}
     nodes = [Node(w.worker_id, weight_of(w.capacity)) for w in workers.values()]
-    return View(reply.epoch, workers, Rendezvous(nodes))
+    return View(reply.epoch, workers, Rendezvous(nodes), reachable)
 
 
 class MembershipCache:

@@ -189,8 +189,18 @@ class Membership:
         return set(self._last_seen)
 
     def view(self) -> MembershipView:
+        """Every registered worker with its live flag: clients place keys on the live ones and keep
+        the others' addresses, so a block granted or listed on a worker that has just missed its
+        lease (late heartbeats on a starved machine, while it serves on) is still reached."""
         self.expire()
-        return MembershipView(self._epoch, tuple(self.live_workers()), self.cluster_id)
+        return MembershipView(self._epoch, tuple(self.all_workers()), self.cluster_id)
+
+    def copies(self, worker_ids: Iterable[str]) -> tuple[str, ...]:
+        """A block's recorded copies a reader can reach: those on registered workers, the live ones
+        first (each group in its given order), so a copy on a worker past its lease is tried last
+        but still tried (it may only be late with its heartbeats)."""
+        known = [w for w in worker_ids if w in self._workers]
+        return tuple([w for w in known if w in self._last_seen] + [w for w in known if w not in self._last_seen])
 
     def all_workers(self) -> list[WorkerInfo]:
         return [dataclasses.replace(w, live=w.worker_id in self._last_seen)

@@ -324,7 +324,11 @@ class MasterService(master_pb2_grpc.MasterServicer):
     @grpc_method
     def GetBlocks(self, request: mpb.InodeRequest, context: Ctx) -> mpb.BlocksReply:
         def get() -> FileBlocks:
-            return self._ns.get_blocks(request.ino, self._mem.live_ids())
+            # Copies on every registered worker, live ones first: a worker just past its lease may
+            # only be late with its heartbeats, and its copy may be the only one.
+            fb = self._ns.get_blocks(request.ino)
+            return replace(fb, blocks=tuple(replace(b, worker_ids=self._mem.copies(b.worker_ids))
+                                            for b in fb.blocks))
 
         fb = self._store.call(get)
         return convert.blocks_reply(fb)

@@ -29,7 +29,7 @@ def mem(ns: Namespace, clock: FakeClock) -> Membership:
 
 
 def live_ids(mem: Membership) -> list[str]:
-    return [w.worker_id for w in mem.view().workers]
+    return [w.worker_id for w in mem.view().workers if w.live]
 
 
 def committed_file(ns: Namespace, mem: Membership, name: str, parent: int = ROOT_INO,
@@ -130,7 +130,8 @@ def test_lease_expiry_leave_and_rejoin(mem: Membership, clock: FakeClock) -> Non
     mem.heartbeat("w2", Usage())
     clock.advance(2.5)                       # w1 silent 5.5 s > lease, w2 silent 2.5 s
     view = mem.view()
-    assert [w.worker_id for w in view.workers] == ["w2"] and view.epoch == 3
+    # w1 stays in the view, not live: clients keep its address for the blocks it holds
+    assert [(w.worker_id, w.live) for w in view.workers] == [("w1", False), ("w2", True)] and view.epoch == 3
     assert mem.heartbeat("w1", Usage()).reregister       # lost: must re-register (full report)
     assert mem.register(worker("w1")).epoch == 4         # rejoin
     assert live_ids(mem) == ["w1", "w2"]
@@ -167,6 +168,34 @@ def test_report_lists_live_and_lost_workers(mem: Membership, ns: Namespace, cloc
     assert (report.capacity, report.used, report.available) == (100, 40, 60)
     assert (report.files, report.directories, report.blocks) == (1, 2, 2)
     assert report.epoch == 3 and report.cluster_id == ns.cluster_id
+
+
+def test_the_view_carries_every_registered_worker_with_its_live_flag(mem: Membership, clock: FakeClock) -> None:
+    mem.register(worker("a"))
+    mem.register(dataclasses.replace(worker("b"), port=9100))
+    clock.advance(3)
+    mem.heartbeat("a", Usage())
+    clock.advance(3)                           # b past its lease: it leaves the live set, not the view
+    view = mem.view()
+    assert [(w.worker_id, w.live, w.port) for w in view.workers] == [("a", True, 9000), ("b", False, 9100)]
+    assert view.epoch == 3 and [w.worker_id for w in mem.live_workers()] == ["a"]
+    mem.register(worker("b"))                  # back: live again, one more epoch
+    assert [(w.worker_id, w.live) for w in mem.view().workers] == [("a", True), ("b", True)]
+    assert mem.view().epoch == 4
+
+
+def test_copies_keep_registered_workers_live_ones_first(mem: Membership, clock: FakeClock) -> None:
+    for name in ("a", "b", "c"):
+        mem.register(worker(name))
+    clock.advance(3)
+    mem.heartbeat("b", Usage())
+    mem.heartbeat("c", Usage())
+    clock.advance(3)
+    mem.expire()                               # a is past its lease; b and c are live
+    # a's copy stays listed (it may only be late), after every live one; an unknown worker's goes
+    assert mem.copies(["a", "stranger", "c", "b"]) == ("c", "b", "a")
+    assert mem.copies(["a"]) == ("a",)
+    assert mem.copies([]) == ()
 
 
 # ---------------------------------------------------------------------------------------------- restarts
