@@ -72,60 +72,109 @@ def chunk_bytes(geometry: dict[str, Any]) -> int:
     return int(2 * geometry["layers"] * CHUNK_TOKENS * geometry["kv_heads"] * geometry["head_dim"] * 2)
 
 
+class Rig:
+    """What a measuring child needs of LMCache, built once: the chunk's metadata, a CPU backend with
+    room for `cpu_chunks` chunks, its event loop, `count` source chunks of seeded random bytes with
+    their digests, and `build` for a RemoteBackend of one entry of the spec's backends."""
+
+    def __init__(self, geometry: dict[str, Any], count: int, *, cpu_chunks: int, seed: int) -> None:
+        import asyncio
+        import threading
+
+        import torch
+        import xxhash
+        from lmcache.v1.config import LMCacheEngineConfig
+        from lmcache.v1.metadata import LMCacheMetadata
+        from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
+
+        size = chunk_bytes(geometry)
+        self.md = LMCacheMetadata(
+            model_name=geometry["model"], world_size=1, local_world_size=1, worker_id=0, local_worker_id=0,
+            kv_dtype=torch.bfloat16,
+            kv_shape=(geometry["layers"], 2, CHUNK_TOKENS, geometry["kv_heads"], geometry["head_dim"]),
+            chunk_size=CHUNK_TOKENS)
+        self.cpu_gb = cpu_chunks * size / 1e9 + 0.2
+        base = LMCacheEngineConfig.from_defaults(chunk_size=CHUNK_TOKENS, local_cpu=False,
+                                                 max_local_cpu_size=self.cpu_gb, remote_serde="naive")
+        self.cpu = LocalCPUBackend(base, self.md, dst_device="cpu")
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True, name="lmcache-loop").start()
+        self.sources: list[Any] = []
+        for index in range(count):
+            obj = self.cpu.allocate(self.md.get_shapes(), self.md.get_dtypes())
+            assert obj is not None and obj.tensor is not None
+            gen = torch.Generator().manual_seed(seed + index)
+            obj.tensor.view(torch.uint8).view(-1).copy_(torch.randint(0, 256, (size,), dtype=torch.uint8,
+                                                                      generator=gen))
+            self.sources.append(obj)
+        self.digests = [xxhash.xxh3_64_intdigest(memoryview(obj.byte_array).cast("B")) for obj in self.sources]
+        self._model, self._serial = geometry["model"], iter(range(1, 1 << 62))
+
+    def keys(self) -> list[Any]:
+        """Chunk hashes unique per call: every put stores new objects (no write-once shortcut)."""
+        import torch
+        from lmcache.utils import CacheEngineKey
+
+        salt = next(self._serial) << 8
+        return [CacheEngineKey(self._model, 1, 0, salt + i, torch.bfloat16) for i in range(len(self.sources))]
+
+    def put(self, name: str, backend: Any, keys: list[Any]) -> None:
+        """The sources under `keys` through `backend`, returning once every put completed."""
+        import threading
+
+        done = threading.Semaphore(0)
+        backend.batched_submit_put_task(keys, self.sources, on_complete_callback=lambda _key: done.release())
+        for _ in keys:
+            if not done.acquire(timeout=120):
+                raise TimeoutError(f"{name}: put did not complete")
+
+    def verify(self, name: str, got: list[Any]) -> None:
+        """Raises unless `got` (a get of keys put from the sources) is every source, byte for byte."""
+        import xxhash
+
+        for index, obj in enumerate(got):
+            if obj is None:
+                raise RuntimeError(f"{name}: chunk {index} missing on get")
+            if xxhash.xxh3_64_intdigest(memoryview(obj.byte_array).cast("B")) != self.digests[index]:
+                raise RuntimeError(f"{name}: chunk {index} came back different")
+
+    @staticmethod
+    def release(got: list[Any]) -> None:
+        for obj in got:
+            if obj is not None:
+                obj.ref_count_down()
+
+    def build(self, entry: dict[str, Any]) -> Any:
+        from lmcache.v1.config import LMCacheEngineConfig
+        from lmcache.v1.storage_backend.remote_backend import RemoteBackend
+
+        config = LMCacheEngineConfig.from_defaults(
+            chunk_size=CHUNK_TOKENS, local_cpu=False, max_local_cpu_size=self.cpu_gb, remote_serde="naive",
+            remote_url=entry.get("url"), remote_storage_plugins=entry.get("plugins"),
+            extra_config=entry.get("extra_config"))
+        plugin = entry["plugins"][0] if entry.get("plugins") else None
+        backend = RemoteBackend(config, self.md, self.loop, self.cpu, dst_device="cpu", plugin_name=plugin)
+        if backend.connection is None:
+            raise RuntimeError(f"{entry['name']}: LMCache created no connection")
+        return backend
+
+
 # -- the measuring child (real LMCache objects) --------------------------------------------------
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     """Runs in its own process: builds one RemoteBackend per backend (sharing one LocalCPUBackend
     and one event loop, as in an engine) and measures them against the raw pair, interleaved."""
-    import asyncio
     import mmap
     import socket
     import struct
-    import threading
 
-    import torch
-    import xxhash
-    from lmcache.utils import CacheEngineKey
-    from lmcache.v1.config import LMCacheEngineConfig
-    from lmcache.v1.metadata import LMCacheMetadata
-    from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
     from lmcache.v1.storage_backend.remote_backend import RemoteBackend
 
     from curvine_py.transport.blocking import set_local_options
 
     geometry, count, repeats = spec["geometry"], int(spec["count"]), int(spec["repeats"])
     size = chunk_bytes(geometry)
-    hidden = geometry["kv_heads"] * geometry["head_dim"]
-    md = LMCacheMetadata(model_name=geometry["model"], world_size=1, local_world_size=1, worker_id=0,
-                         local_worker_id=0, kv_dtype=torch.bfloat16,
-                         kv_shape=(geometry["layers"], 2, CHUNK_TOKENS, geometry["kv_heads"], geometry["head_dim"]),
-                         chunk_size=CHUNK_TOKENS)
-    cpu_gb = (2 * count + 2) * size / 1e9 + 0.2
-    base = LMCacheEngineConfig.from_defaults(chunk_size=CHUNK_TOKENS, local_cpu=False, max_local_cpu_size=cpu_gb,
-                                             remote_serde="naive")
-    cpu = LocalCPUBackend(base, md, dst_device="cpu")
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True, name="lmcache-loop").start()
-
-    sources = []
-    for index in range(count):
-        obj = cpu.allocate(md.get_shapes(), md.get_dtypes())
-        assert obj is not None and obj.tensor is not None
-        gen = torch.Generator().manual_seed(1000 + index)
-        obj.tensor.view(torch.uint8).copy_(
-            torch.randint(0, 256, (2, geometry["layers"], CHUNK_TOKENS, hidden * 2), dtype=torch.uint8, generator=gen))
-        sources.append(obj)
-    source_digests = [xxhash.xxh3_64_intdigest(memoryview(obj.byte_array).cast("B")) for obj in sources]
-
-    def build(entry: dict[str, Any]) -> RemoteBackend:
-        config = LMCacheEngineConfig.from_defaults(
-            chunk_size=CHUNK_TOKENS, local_cpu=False, max_local_cpu_size=cpu_gb, remote_serde="naive",
-            remote_url=entry.get("url"), remote_storage_plugins=entry.get("plugins"),
-            extra_config=entry.get("extra_config"))
-        plugin = entry["plugins"][0] if entry.get("plugins") else None
-        backend = RemoteBackend(config, md, loop, cpu, dst_device="cpu", plugin_name=plugin)
-        if backend.connection is None:
-            raise RuntimeError(f"{entry['name']}: LMCache created no connection")
-        return backend
+    rig = Rig(geometry, count, cpu_chunks=2 * count + 2, seed=1000)
+    sources, build = rig.sources, rig.build
 
     backends = {entry["name"]: build(entry) for entry in spec["backends"]}
     # Objects the connector cannot delete (lm:// has no delete) but curvine can: removed through a
@@ -137,21 +186,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             from curvine_py.client import CurvineClient
             cleaners[entry["name"]] = CurvineClient(entry["cleanup_master"], token=entry.get("cleanup_token", ""),
                                                     node="bench-cleanup").kv
-    serial = iter(range(1, 1 << 62))
-
-    def keys_for(name: str) -> list[Any]:
-        # chunk hashes unique per sample: every put stores new objects (no write-once shortcut)
-        salt = next(serial) << 8
-        return [CacheEngineKey(geometry["model"], 1, 0, salt + i, torch.bfloat16) for i in range(count)]
-
     def sample(name: str, backend: RemoteBackend) -> dict[str, float]:
-        keys = keys_for(name)
-        done = threading.Semaphore(0)
+        keys = rig.keys()
         t0 = time.perf_counter()
-        backend.batched_submit_put_task(keys, sources, on_complete_callback=lambda _key: done.release())
-        for _ in keys:
-            if not done.acquire(timeout=120):
-                raise TimeoutError(f"{name}: put did not complete")
+        rig.put(name, backend, keys)
         if not backend.contains(keys[-1]):
             raise RuntimeError(f"{name}: the last chunk put is not visible")
         t1 = time.perf_counter()
@@ -164,15 +202,11 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         try:
             if hits != count:
                 raise RuntimeError(f"{name}: batched contains found {hits} of {count}")
-            for index, (obj, src) in enumerate(zip(got, sources, strict=True)):
-                if obj is None:
-                    raise RuntimeError(f"{name}: chunk {index} missing on get")
-                if xxhash.xxh3_64_intdigest(memoryview(obj.byte_array).cast("B")) != source_digests[index]:
-                    raise RuntimeError(f"{name}: chunk {index} came back different")
+            if len(got) != count:
+                raise RuntimeError(f"{name}: {len(got)} chunks came back of {count}")
+            rig.verify(name, got)
         finally:
-            for obj in got:
-                if obj is not None:
-                    obj.ref_count_down()
+            rig.release(got)
             for key in keys:   # keep servers small (the stock lm server and Redis' connector cannot delete)
                 with contextlib.suppress(Exception):
                     if name in cleaners:

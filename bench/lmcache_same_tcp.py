@@ -41,7 +41,7 @@ import time
 from typing import Any
 
 from bench import common
-from bench.lmcache import LLAMA_8B, TOKEN, _pid, chunk_bytes, plugin_entry
+from bench.lmcache import LLAMA_8B, TOKEN, Rig, _pid, chunk_bytes, plugin_entry
 from bench.rawpair import REQUEST, process_cpu, raw_server, recv_exactly_into
 
 NAME = "lmcache-same-tcp"
@@ -50,64 +50,22 @@ TARGETS = {"single": 1.0, "batched": 1.5, "fs_cold": 0.5, "fs_warm": 1.0}
 
 # -- the measuring child (real LMCache objects) --------------------------------------------------
 def child(spec: dict[str, Any]) -> dict[str, Any]:
-    import asyncio
     import mmap
     import socket
-    import threading
 
-    import torch
     import xxhash
-    from lmcache.utils import CacheEngineKey
-    from lmcache.v1.config import LMCacheEngineConfig
-    from lmcache.v1.metadata import LMCacheMetadata
-    from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
-    from lmcache.v1.storage_backend.remote_backend import RemoteBackend
 
     geometry, count, repeats = spec["geometry"], int(spec["count"]), int(spec["repeats"])
     size = chunk_bytes(geometry)
-    md = LMCacheMetadata(model_name=geometry["model"], world_size=1, local_world_size=1, worker_id=0,
-                         local_worker_id=0, kv_dtype=torch.bfloat16,
-                         kv_shape=(geometry["layers"], 2, 256, geometry["kv_heads"], geometry["head_dim"]),
-                         chunk_size=256)
-    cpu_gb = (3 * count + 2) * size / 1e9 + 0.2
-    base = LMCacheEngineConfig.from_defaults(chunk_size=256, local_cpu=False, max_local_cpu_size=cpu_gb,
-                                             remote_serde="naive")
-    cpu = LocalCPUBackend(base, md, dst_device="cpu")
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True, name="lmcache-loop").start()
-    sources = []
-    for index in range(count):
-        obj = cpu.allocate(md.get_shapes(), md.get_dtypes())
-        assert obj is not None and obj.tensor is not None
-        gen = torch.Generator().manual_seed(2000 + index)
-        obj.tensor.view(torch.uint8).view(-1).copy_(torch.randint(0, 256, (size,), dtype=torch.uint8, generator=gen))
-        sources.append(obj)
-    digests = [xxhash.xxh3_64_intdigest(memoryview(obj.byte_array).cast("B")) for obj in sources]
-
-    def build(entry: dict[str, Any]) -> RemoteBackend:
-        config = LMCacheEngineConfig.from_defaults(
-            chunk_size=256, local_cpu=False, max_local_cpu_size=cpu_gb, remote_serde="naive",
-            remote_url=entry.get("url"), remote_storage_plugins=entry.get("plugins"),
-            extra_config=entry.get("extra_config"))
-        plugin = entry["plugins"][0] if entry.get("plugins") else None
-        backend = RemoteBackend(config, md, loop, cpu, dst_device="cpu", plugin_name=plugin)
-        if backend.connection is None:
-            raise RuntimeError(f"{entry['name']}: LMCache created no connection")
-        return backend
+    rig = Rig(geometry, count, cpu_chunks=3 * count + 2, seed=2000)
+    build = rig.build
 
     backends = {entry["name"]: build(entry) for entry in spec["backends"]}
     writers = {entry["name"]: backends[entry["writer"]] for entry in spec["backends"] if entry.get("writer")}
-    serial = iter(range(1, 1 << 62))
 
     def put(name: str) -> list[Any]:
-        salt = next(serial) << 8
-        keys = [CacheEngineKey(geometry["model"], 1, 0, salt + i, torch.bfloat16) for i in range(count)]
-        done = threading.Semaphore(0)
-        writers.get(name, backends[name]).batched_submit_put_task(keys, sources,
-                                                                  on_complete_callback=lambda _k: done.release())
-        for _ in keys:
-            if not done.acquire(timeout=120):
-                raise TimeoutError(f"{name}: put did not complete")
+        keys = rig.keys()
+        rig.put(name, writers.get(name, backends[name]), keys)
         deadline = time.monotonic() + 30
         while not backends[name].contains(keys[-1]):   # visible to the reader (lm:// puts have no reply)
             if time.monotonic() > deadline:
@@ -117,15 +75,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     def check(name: str, got: list[Any]) -> None:
         try:
-            for index, obj in enumerate(got):
-                if obj is None:
-                    raise RuntimeError(f"{name}: chunk {index} missing on get")
-                if xxhash.xxh3_64_intdigest(memoryview(obj.byte_array).cast("B")) != digests[index]:
-                    raise RuntimeError(f"{name}: chunk {index} came back different")
+            rig.verify(name, got)
         finally:
-            for obj in got:
-                if obj is not None:
-                    obj.ref_count_down()
+            rig.release(got)
 
     pids: dict[str, int] = {k: int(v) for k, v in spec.get("server_pids", {}).items()}
 
