@@ -59,6 +59,7 @@ class DataDir:
         self.used = 0
         self.reserved = 0
         self.kept = 0       # freed files kept in tmp/ for reuse (recycle.py): free space to us
+        self.reaping = 0    # freed files queued for a background unlink (reaper.py): free to us too
         self._lock_fd = -1
 
     def disk(self) -> tuple[int, int]:
@@ -66,7 +67,7 @@ class DataDir:
         # statvfs itself, as psutil.disk_usage computes them (its wrapper is half a dozen calls, once
         # per write): total = blocks, free = what an unprivileged user may still take.
         st = os.statvfs(self.path)
-        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize + self.kept
+        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize + self.kept + self.reaping
 
     def space(self) -> tuple[int, int, int]:
         """(effective capacity, bytes free above the reserve, the reserve) from one statvfs."""

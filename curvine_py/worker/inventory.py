@@ -102,7 +102,8 @@ class Inventory:
 
     def remove(self, entry: Entry, *, reuse: bool = True) -> None:
         """Forgets the entry and unlinks its file, or hands it to `retire` (recycle.py: kept for
-        a later write to overwrite) when one is attached and takes it."""
+        a later write to overwrite, or unlinked by the reaper's thread) when one is attached and
+        takes it."""
         self.forget(entry)
         path = self.path_of(entry)
         if reuse and self.retire is not None and self.retire(entry.dir_index, path, entry.size):

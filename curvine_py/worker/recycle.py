@@ -16,9 +16,13 @@ Safety (the reason the rules below exist):
   before (readers that raced the delete get ENOENT: a miss). A file still open is unlinked instead.
   Where leases are refused (disabled, another file system), nothing is reused.
 - A reused file is a temp file like any other (writes.py): every byte of [0, size) is rewritten
-  and the rest truncated before the rename publishes it; a write that fails is aborted and the file
-  unlinked; a crash leaves it in tmp/, which the start-up scan empties. So no reader ever sees a
-  previous object's bytes under a new name.
+  before the rename publishes it; a write that fails is aborted and the file unlinked; a crash
+  leaves it in tmp/, which the start-up scan empties. So no reader ever sees a previous object's
+  bytes under a new name. Only a file of the very size, or a smaller one (grown by fallocate), is
+  taken: cutting a larger one frees blocks, a synchronous discard on the request path here
+  (reaper.py); it waits for a write of its size.
+- What is not kept (the bounds below, no leases, a file still open at `take`) is unlinked by the
+  reaper's thread (reaper.py), not by the request that freed it.
 - Space: the kept files count as free space (DataDir.kept: neither the evictor nor the master sees
   them as used); at most `max_files` and `max_bytes` per dir, and a write refused by the file
   system (ENOSPC) drains its dir before it evicts anything (`drain`).
@@ -36,10 +40,10 @@ import logging
 import os
 import threading
 import uuid
-from collections import deque
 from collections.abc import Sequence
 
 from curvine_py.worker.datadir import TMP, DataDir
+from curvine_py.worker.reaper import Reaper
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +71,17 @@ def open_alone(path: str) -> int | None:
 class FreedFiles:
     """Up to `max_files` / `max_bytes` freed files in the tmp/ of each of `dirs` (the store's)."""
 
-    def __init__(self, dirs: Sequence[DataDir], *, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(self, dirs: Sequence[DataDir], *, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES,
+                 reaper: Reaper | None = None) -> None:
         self._data_dirs = list(dirs)
         self._dirs = [os.path.join(d.path, TMP) for d in dirs]
         self.max_files = max_files
         self._max_bytes = [max_bytes] * len(self._dirs)
-        self._kept: list[deque[tuple[str, int]]] = [deque() for _ in self._dirs]
+        # Per dir: size -> paths of that size, newest last (a put finds its size in one lookup).
+        self._kept: list[dict[int, list[str]]] = [{} for _ in self._dirs]
+        self._count = [0] * len(self._dirs)
         self._bytes = [0] * len(self._dirs)
+        self.reaper = reaper
         self._lock = threading.Lock()
         # Names unique in tmp/ (emptied at every start) without a uuid per delete.
         self._prefix = f"{uuid.uuid4().hex[:12]}-"
@@ -87,40 +95,55 @@ class FreedFiles:
             self._max_bytes[index] = min(self._max_bytes[index], capacity // 16)
 
     def retire(self, index: int, path: str, size: int) -> bool:
-        """Keeps the file at `path` (already forgotten by the inventory) for reuse; False = not
-        kept (full, disabled), the caller unlinks it."""
+        """Takes the file at `path` (already forgotten by the inventory): kept for reuse, or, over
+        the bounds or disabled, handed to the reaper; False = neither, the caller unlinks it."""
         with self._lock:
-            if not self.enabled or len(self._kept[index]) >= self.max_files \
-                    or self._bytes[index] + size > self._max_bytes[index]:
-                return False
-            self._bytes[index] += size   # counted before the rename: a concurrent retire sees it
-            self._data_dirs[index].kept = self._bytes[index]
+            keep = self.enabled and self._count[index] < self.max_files \
+                and self._bytes[index] + size <= self._max_bytes[index]
+            if keep:
+                self._bytes[index] += size   # counted before the rename: a concurrent retire sees it
+                self._count[index] += 1
+                self._data_dirs[index].kept = self._bytes[index]
+        if not keep:
+            return self.reaper is not None and self.reaper.queue(index, path, size)
         kept = f"{self._dirs[index]}/{self._prefix}{next(self._serial)}{FREED_SUFFIX}"
         try:
             os.rename(path, kept)
         except OSError:
             with self._lock:
                 self._bytes[index] -= size
+                self._count[index] -= 1
                 self._data_dirs[index].kept = self._bytes[index]
             return False
         with self._lock:
-            self._kept[index].append((kept, size))
+            self._kept[index].setdefault(size, []).append(kept)
         return True
 
+    def _pick(self, index: int, size: int) -> tuple[str, int] | None:
+        """(lock held) The newest kept file of `size`, else of the largest size below it; removed
+        from the kept set. Larger files are left for writes of their size (see the docstring)."""
+        by_size = self._kept[index]
+        fits = size if size in by_size else max((s for s in by_size if s < size), default=None)
+        if fits is None:
+            return None
+        paths = by_size[fits]
+        path = paths.pop()
+        if not paths:
+            del by_size[fits]
+        self._count[index] -= 1
+        self._bytes[index] -= fits
+        self._data_dirs[index].kept = self._bytes[index]
+        return path, fits
+
     def take(self, index: int, size: int) -> tuple[str, int, bool] | None:
-        """A freed file of dir `index` nobody else has open, as (path, fd read-write, whether its
-        blocks cover `size`: else the caller fallocates), truncated to `size` if it was larger;
-        None when there is none."""
+        """A freed file of dir `index` nobody else has open, of `size` bytes or fewer, as (path, fd
+        read-write, whether its blocks cover `size`: else the caller fallocates); None when there
+        is none."""
         for _ in range(_ATTEMPTS):
             with self._lock:
-                kept = self._kept[index]
-                if not kept:
-                    return None
-                # The newest file of this very size if there is one (no truncate, no fallocate).
-                item = next((it for it in reversed(kept) if it[1] == size), None) or kept[-1]
-                kept.remove(item)
-                self._bytes[index] -= item[1]
-                self._data_dirs[index].kept = self._bytes[index]
+                item = self._pick(index, size)
+            if item is None:
+                return None
             path, old_size = item
             try:
                 fd = open_alone(path)
@@ -131,30 +154,27 @@ class FreedFiles:
                 return None
             if fd is None:   # a reader still has it: it keeps its bytes, we let it go
                 self.still_open += 1
-                self._unlink(path)
+                if self.reaper is None or not self.reaper.queue(index, path, old_size, move=False):
+                    self._unlink(path)
                 continue
-            try:
-                if old_size > size:
-                    os.ftruncate(fd, size)
-            except OSError:
-                os.close(fd)
-                self._unlink(path)
-                raise
             self.reused += 1
-            return path, fd, old_size >= size
+            return path, fd, old_size == size
         return None
 
     def drain(self, index: int) -> int:
-        """Unlinks every kept file of dir `index` (a write needs the space); returns their bytes."""
+        """Unlinks every kept file of dir `index` and those queued for the reaper (a write needs
+        the space), on this thread; returns their bytes."""
         with self._lock:
-            items = list(self._kept[index])
+            items = [(path, size) for size, paths in self._kept[index].items() for path in paths]
             self._kept[index].clear()
+            self._count[index] -= len(items)
         for path, _ in items:
             self._unlink(path)
         with self._lock:   # free on the disk only now
             self._bytes[index] -= sum(size for _, size in items)
             self._data_dirs[index].kept = self._bytes[index]
-        return sum(size for _, size in items)
+        reaped = self.reaper.drain(index) if self.reaper is not None else 0
+        return sum(size for _, size in items) + reaped
 
     def kept_bytes(self, index: int) -> int:
         with self._lock:

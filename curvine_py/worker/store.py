@@ -8,6 +8,7 @@ facade over its parts, one job each:
     ttl.py         the TTL heap
     opencache.py   the fd cache of the read path
     recycle.py     freed files kept in tmp/ for the next writes to overwrite
+    reaper.py      the unlinks of freed files that are not kept, in a background thread
 
 Every stored file is a `StoredHeader` (core/layout.py) followed by the payload at `header_size`.
 
@@ -49,6 +50,7 @@ from curvine_py.worker.datadir import (
 )
 from curvine_py.worker.inventory import Clock, Entry, Inventory, Stats
 from curvine_py.worker.opencache import OPEN_FILES, OpenFileCache
+from curvine_py.worker.reaper import Reaper
 from curvine_py.worker.recycle import FreedFiles
 from curvine_py.worker.storedfile import StoredFile, read_header
 from curvine_py.worker.tmpfiles import TempFilePool
@@ -85,7 +87,8 @@ class Store:
         self._open_files = OpenFileCache(open_files)
         self._inventory = Inventory(self.dirs, clock, self._open_files.drop)
         self._writes = WritePipeline(self.dirs, self._inventory, self.lock, clock)
-        self.freed = FreedFiles(self.dirs)
+        self.reaper = Reaper(self.dirs)
+        self.freed = FreedFiles(self.dirs, reaper=self.reaper)
 
     @property
     def evictions(self) -> int:
@@ -119,7 +122,9 @@ class Store:
             self._writes.known_shards |= self._inventory.scan(index, BLOCKS, layout.KIND_BLOCK)
             self._writes.known_shards |= self._inventory.scan(index, OBJECTS, layout.KIND_OBJECT)
             self.freed.set_capacity(index, data_dir.capacity())
-        # Attached once tmp/ is empty: deleted files are kept there for reuse (recycle.py).
+        # Attached once tmp/ is empty: deleted files are kept there for reuse (recycle.py) or
+        # unlinked by the reaper's thread (reaper.py).
+        self.reaper.start()
         self._inventory.retire = self.freed.retire
         self._writes.freed = self.freed
         log.info("store opened: %d blocks, %d objects, %d bytes in %d dir(s)", self._inventory.blocks,
@@ -134,6 +139,7 @@ class Store:
             self._inventory.retire = None
             self._writes.freed = None
         self.freed.close()
+        self.reaper.close()
         for data_dir in self.dirs:
             data_dir.unlock()
 

@@ -84,6 +84,7 @@ class WriteTarget(Protocol):
 
     def publish(self, entry: Entry, tmp_path: str, final_path: str) -> bool: ...
     def release(self, entry: Entry) -> None: ...
+    def discard_temp(self, entry: Entry, tmp_path: str) -> None: ...
 
 
 class PendingWrite:
@@ -181,8 +182,7 @@ class PendingWrite:
             self._fd = -1
         if not self._done:
             self._done = True
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._tmp_path)
+            self._target.discard_temp(self._entry, self._tmp_path)
             self._target.release(self._entry)
 
 
@@ -279,6 +279,14 @@ class WritePipeline:
                     self.reclaim(index, 0)
         raise NoSpace(f"data dir {self._dirs[index].path} is full")
 
+    def discard_temp(self, entry: Entry, tmp_path: str) -> None:
+        """Removes the temp file of a write that will not be published: by the reaper's thread
+        when it runs (an unlink of allocated blocks waits for a discard here: reaper.py)."""
+        reaper = self.freed.reaper if self.freed is not None else None
+        if reaper is None or not reaper.queue(entry.dir_index, tmp_path, entry.size, move=False):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp_path)
+
     def release(self, entry: Entry) -> None:
         """Gives back the reservation of an abandoned write."""
         with self._lock:
@@ -295,7 +303,7 @@ class WritePipeline:
                 existing = inventory.get(entry.name)
                 if existing is not None and entry.kind == layout.KIND_OBJECT \
                         and not existing.expired(self._clock()):
-                    os.unlink(tmp_path)
+                    self.discard_temp(entry, tmp_path)
                     return False
                 shard = os.path.dirname(final_path)
                 if shard not in self.known_shards:

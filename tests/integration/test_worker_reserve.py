@@ -18,7 +18,7 @@ from curvine_py.procs import curvine_command
 from curvine_py.proto.curvine.v1.common_pb2 import CACHE, DURABLE
 from curvine_py.worker.evictor import Evictor
 from curvine_py.worker.store import Store
-from tests.harness import Cluster, random_bytes
+from tests.harness import Cluster, random_bytes, wait_until
 from tests.unit.test_worker_server import WireClient
 
 MiB = 1 << 20
@@ -72,7 +72,9 @@ def test_below_the_reserve_cache_data_is_evicted_and_durable_writes_get_enospc(t
         fill_outside(fs, 6 * MiB)                            # the file system now has ~2 MiB free
         assert free_bytes(fs) < 4 * MiB
         evicted = evictor.run_once()
-        assert evicted > 0 and free_bytes(fs) >= 4 * MiB    # the reserve is free again
+        # The reserve is free again once the reaper's thread has unlinked the evicted files.
+        wait_until(lambda: store.dirs[0].reaping == 0, 10.0, "the reaper's unlinks")
+        assert evicted > 0 and free_bytes(fs) >= 4 * MiB
         assert store.exists(["c0"]) == 0 and store.exists(["c6"]) == 1      # least recently used first
         assert store.contains_block(1)                       # durable data is never evicted
         fill_outside(fs, 11 * MiB)                           # the reserve is short even with no cache left
@@ -82,6 +84,7 @@ def test_below_the_reserve_cache_data_is_evicted_and_durable_writes_get_enospc(t
             store.write_block(2, b"x" * MiB, storage_class=DURABLE)
         with pytest.raises(NoSpace):
             store.put_object("late", b"y" * MiB)
+        wait_until(lambda: store.dirs[0].reaping == 0, 10.0, "the reaper's unlinks")
         assert store.stats().blocks == 1 and os.listdir(fs / "d" / "tmp") == []
 
 

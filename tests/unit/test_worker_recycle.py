@@ -15,6 +15,7 @@ from curvine_py.core.errors import Corrupt
 from curvine_py.worker.recycle import FREED_SUFFIX
 from curvine_py.worker.store import Store
 from curvine_py.worker.writes import copier
+from tests.harness import wait_until
 from tests.unit.test_worker_store import object_path, read_all
 
 MiB = 1 << 20
@@ -22,6 +23,11 @@ MiB = 1 << 20
 
 def freed_in(store: Store, index: int = 0) -> list[str]:
     return sorted(p for p in os.listdir(os.path.join(store.dirs[index].path, "tmp")) if p.endswith(FREED_SUFFIX))
+
+
+def reaped(store: Store, index: int = 0) -> None:
+    """Waits until the reaper's thread has unlinked what it was given (reaper.py)."""
+    wait_until(lambda: store.dirs[index].reaping == 0, 10.0, "the reaper's unlinks")
 
 
 def test_a_deleted_objects_file_is_overwritten_by_the_next_put_and_reads_only_the_new_bytes(
@@ -44,18 +50,44 @@ def test_a_deleted_objects_file_is_overwritten_by_the_next_put_and_reads_only_th
             assert stored.verify()
 
 
-@pytest.mark.parametrize(("old_size", "new_size"), [(3 * MiB + 7, 5000), (5000, 2 * MiB + 1)])
-def test_a_reused_file_of_another_size_is_cut_or_grown_to_the_new_object(
-        tmp_path: pathlib.Path, old_size: int, new_size: int) -> None:
+def test_a_smaller_freed_file_is_grown_to_the_new_object(tmp_path: pathlib.Path) -> None:
     with Store([(str(tmp_path / "d"), 0)]) as store:
-        store.put_object("old", os.urandom(old_size))
+        store.put_object("old", os.urandom(5000))
         store.delete_object("old")
-        new = os.urandom(new_size)
+        new = os.urandom(2 * MiB + 1)
         store.put_object("new", new)
         assert store.freed.reused == 1
         header = layout.StoredHeader.decode(object_path(store, "new").read_bytes()[:64 * 4096])
-        assert object_path(store, "new").stat().st_size == header.header_size + new_size
+        assert object_path(store, "new").stat().st_size == header.header_size + len(new)
         assert read_all(store, "new") == new
+
+
+def test_a_larger_freed_file_is_not_cut_on_the_request_path_but_kept_for_its_size(tmp_path: pathlib.Path) -> None:
+    """Cutting it would free blocks in the put (a synchronous discard on the bench machine)."""
+    with Store([(str(tmp_path / "d"), 0)]) as store:
+        big = os.urandom(3 * MiB + 7)
+        store.put_object("old", big)
+        store.delete_object("old")
+        kept = freed_in(store)
+        store.put_object("small", os.urandom(5000))       # a new temp file, the big one untouched
+        assert store.freed.reused == 0 and freed_in(store) == kept
+        store.put_object("same", big)                      # a put of its size takes it
+        assert store.freed.reused == 1 and freed_in(store) == []
+        assert read_all(store, "same") == big
+
+
+def test_the_newest_file_of_the_very_size_is_taken_before_a_smaller_one(tmp_path: pathlib.Path) -> None:
+    with Store([(str(tmp_path / "d"), 0)]) as store:
+        for key, size in (("a", 5000), ("b", MiB), ("c", 2 * MiB)):
+            store.put_object(key, os.urandom(size))
+        inodes = {key: object_path(store, key).stat().st_ino for key in "abc"}
+        for key in "abc":
+            store.delete_object(key)
+        store.put_object("n1", os.urandom(MiB))           # its size: b's file
+        store.put_object("n2", os.urandom(MiB + 5))       # none of its size: the largest below, b gone
+        assert object_path(store, "n1").stat().st_ino == inodes["b"]
+        assert object_path(store, "n2").stat().st_ino == inodes["a"]
+        assert store.freed.reused == 2 and len(freed_in(store)) == 1   # c's, larger than both
 
 
 def test_a_file_a_reader_still_has_open_is_not_reused_and_the_reader_keeps_its_bytes(
@@ -68,6 +100,7 @@ def test_a_file_a_reader_still_has_open_is_not_reused_and_the_reader_keeps_its_b
         store.delete_object("old")
         store.put_object("new", os.urandom(2 * MiB))
         assert store.freed.reused == 0 and store.freed.still_open == 1
+        reaped(store)
         assert freed_in(store) == []          # let go of (unlinked), not put back
         with reader:
             assert reader.read() == old
@@ -94,6 +127,7 @@ def test_a_failed_write_on_a_reused_file_publishes_nothing_and_the_file_is_gone(
         with pytest.raises(Corrupt), pending:
             pending.receive(copier(new))
         assert store.open_object("new") is None and store.open_object("old") is None
+        reaped(store)
         assert os.listdir(os.path.join(store.dirs[0].path, "tmp")) == []
         # A payload cut short (the peer died mid-payload) is the same abort.
         store.put_object("old2", old)
@@ -106,6 +140,7 @@ def test_a_failed_write_on_a_reused_file_publishes_nothing_and_the_file_is_gone(
         with pytest.raises(ConnectionError), pending:
             pending.receive(fill)
         assert store.open_object("half") is None
+        reaped(store)
         assert os.listdir(os.path.join(store.dirs[0].path, "tmp")) == []
         assert store.dirs[0].reserved == 0
 
@@ -189,7 +224,8 @@ def test_where_leases_are_refused_nothing_is_reused(tmp_path: pathlib.Path) -> N
             store.put_object("b", data)
         assert store.freed.enabled is False and store.freed.reused == 0 and freed_in(store) == []
         store.delete_object("b")
-        assert freed_in(store) == []                       # unlinked as before
+        reaped(store)
+        assert os.listdir(os.path.join(store.dirs[0].path, "tmp")) == []   # unlinked, by the reaper
 
 
 def test_max_files_0_keeps_nothing(tmp_path: pathlib.Path) -> None:
@@ -197,4 +233,5 @@ def test_max_files_0_keeps_nothing(tmp_path: pathlib.Path) -> None:
         store.freed.max_files = 0
         store.put_object("a", os.urandom(5000))
         store.delete_object("a")
-        assert freed_in(store) == [] and store.dirs[0].kept == 0
+        reaped(store)
+        assert os.listdir(os.path.join(store.dirs[0].path, "tmp")) == [] and store.dirs[0].kept == 0

@@ -16,6 +16,7 @@ from curvine_py.proto.curvine.v1.common_pb2 import DURABLE
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 from curvine_py.worker.server import DataServer, WorkerState
 from curvine_py.worker.store import Store
+from tests.harness import wait_until
 from tests.unit import test_worker_server as wire
 from tests.unit.test_worker_server import MiB, Op, WireClient, assert_closed, client_verifies
 
@@ -199,4 +200,5 @@ def test_concurrent_clients_with_eviction_never_see_wrong_bytes(tmp_path: os.Pat
                       for root, _, files in os.walk(os.path.join(busy.dirs[0].path, "kv")) for f in files)
         assert busy.stats().used == on_disk and busy.dirs[0].reserved == 0
         assert busy.stats().evictions > 0
+        wait_until(lambda: busy.dirs[0].reaping == 0, 30.0, "the reaper's unlinks")
         assert os.listdir(os.path.join(busy.dirs[0].path, "tmp")) == []

@@ -1,0 +1,146 @@
+"""The background unlinks of freed files (worker/reaper.py): a freed file leaves the namespace at once,
+counts as free space until its unlink, is unlinked by the reaper's thread (not the request's), and
+nothing queued survives a close or a restart."""
+from __future__ import annotations
+
+import os
+import pathlib
+import threading
+
+import pytest
+
+from curvine_py.worker.datadir import TMP, DataDir
+from curvine_py.worker.reaper import GONE_SUFFIX, Reaper
+from curvine_py.worker.recycle import FreedFiles
+from curvine_py.worker.store import Store
+from tests.harness import wait_until
+from tests.unit.test_worker_store import object_path
+
+MiB = 1 << 20
+
+
+def data_dirs(tmp_path: pathlib.Path, count: int = 1) -> list[DataDir]:
+    dirs = [DataDir(str(tmp_path / f"d{i}"), 0) for i in range(count)]
+    for d in dirs:
+        os.makedirs(os.path.join(d.path, TMP))
+    return dirs
+
+
+def a_file(data_dir: DataDir, name: str, size: int) -> str:
+    path = os.path.join(data_dir.path, name)
+    with open(path, "wb") as fh:
+        fh.write(os.urandom(size))
+    return path
+
+
+def test_a_queued_file_leaves_its_name_at_once_and_counts_as_free_until_it_is_unlinked(
+        tmp_path: pathlib.Path) -> None:
+    [d] = data_dirs(tmp_path)
+    reaper = Reaper([d])
+    reaper.start(background=False)      # queued, not unlinked: the state between the two
+    path = a_file(d, "obj", MiB)
+    assert reaper.queue(0, path, MiB) is True
+    assert not os.path.exists(path)
+    [gone] = os.listdir(os.path.join(d.path, TMP))
+    assert gone.endswith(GONE_SUFFIX)
+    assert d.reaping == MiB and reaper.pending(0) == MiB
+    with pytest.MonkeyPatch.context() as mp:   # the same statvfs: free space to us grew by the file
+        st = os.statvfs(d.path)
+        mp.setattr(os, "statvfs", lambda _path: st)
+        assert d.disk()[1] == st.f_bavail * st.f_frsize + MiB
+    assert reaper.reap() == 1
+    assert os.listdir(os.path.join(d.path, TMP)) == [] and d.reaping == 0 and reaper.pending(0) == 0
+
+
+def test_before_start_nothing_is_taken_and_the_caller_unlinks(tmp_path: pathlib.Path) -> None:
+    [d] = data_dirs(tmp_path)
+    reaper = Reaper([d])
+    path = a_file(d, "obj", 4096)
+    assert reaper.queue(0, path, 4096) is False
+    assert os.path.exists(path) and d.reaping == 0
+
+
+def test_a_full_queue_hands_the_unlink_back_to_the_caller(tmp_path: pathlib.Path) -> None:
+    [d] = data_dirs(tmp_path)
+    reaper = Reaper([d], max_queued=2)
+    reaper.start(background=False)
+    paths = [a_file(d, f"f{i}", 4096) for i in range(3)]
+    assert [reaper.queue(0, p, 4096) for p in paths] == [True, True, False]
+    assert os.path.exists(paths[2]) and d.reaping == 8192
+    reaper.reap()
+    assert reaper.queue(0, paths[2], 4096) is True
+
+
+def test_a_missing_file_is_not_taken(tmp_path: pathlib.Path) -> None:
+    [d] = data_dirs(tmp_path)
+    reaper = Reaper([d])
+    reaper.start(background=False)
+    assert reaper.queue(0, os.path.join(d.path, "nothing-here"), 4096) is False
+    assert d.reaping == 0 and reaper.pending(0) == 0
+
+
+def test_drain_unlinks_only_the_queued_files_of_its_dir_on_the_callers_thread(tmp_path: pathlib.Path) -> None:
+    d0, d1 = data_dirs(tmp_path, 2)
+    reaper = Reaper([d0, d1])
+    reaper.start(background=False)
+    reaper.queue(0, a_file(d0, "a", 5000), 5000)
+    reaper.queue(1, a_file(d1, "b", 7000), 7000)
+    assert reaper.drain(0) == 5000
+    assert os.listdir(os.path.join(d0.path, TMP)) == [] and d0.reaping == 0
+    assert len(os.listdir(os.path.join(d1.path, TMP))) == 1 and d1.reaping == 7000
+    assert reaper.drain(0) == 0
+
+
+def test_close_unlinks_whatever_is_still_queued(tmp_path: pathlib.Path) -> None:
+    [d] = data_dirs(tmp_path)
+    reaper = Reaper([d])
+    reaper.start(background=False)
+    for i in range(3):
+        reaper.queue(0, a_file(d, f"f{i}", 4096), 4096)
+    reaper.close()
+    assert os.listdir(os.path.join(d.path, TMP)) == [] and d.reaping == 0
+    assert reaper.queue(0, a_file(d, "late", 4096), 4096) is False   # closed: the caller unlinks
+
+
+def test_a_freed_drain_for_space_includes_the_files_queued_for_the_reaper(tmp_path: pathlib.Path) -> None:
+    [d] = data_dirs(tmp_path)
+    reaper = Reaper([d])
+    reaper.start(background=False)
+    freed = FreedFiles([d], max_files=0, reaper=reaper)   # keeps nothing: every retire goes to the reaper
+    assert freed.retire(0, a_file(d, "x", 8192), 8192) is True
+    assert d.reaping == 8192 and d.kept == 0
+    assert freed.drain(0) == 8192
+    assert os.listdir(os.path.join(d.path, TMP)) == [] and d.reaping == 0
+
+
+def test_a_delete_over_the_kept_bounds_is_unlinked_by_the_reapers_thread(tmp_path: pathlib.Path) -> None:
+    with Store([(str(tmp_path / "d"), 0)]) as store:
+        store.freed.max_files = 0
+        store.put_object("a", os.urandom(MiB))
+        path = str(object_path(store, "a"))
+        unlinked_by: list[str] = []
+        real = os.unlink
+
+        def recording(target: str, *args: object, **kwargs: object) -> None:
+            if str(target).endswith(GONE_SUFFIX):
+                unlinked_by.append(threading.current_thread().name)
+            real(target)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(os, "unlink", recording)
+            assert store.delete_object("a") is True
+            assert not os.path.exists(path) and store.open_object("a") is None
+            wait_until(lambda: store.dirs[0].reaping == 0, 10.0, "the reaper's unlink")
+        assert unlinked_by == ["reaper"]
+        assert os.listdir(os.path.join(store.dirs[0].path, TMP)) == []
+
+
+def test_a_restart_sweeps_files_a_crash_left_queued(tmp_path: pathlib.Path) -> None:
+    root = str(tmp_path / "d")
+    with Store([(root, 0)]) as store:
+        store.put_object("a", os.urandom(5000))
+    leftover = os.path.join(root, TMP, "crash" + GONE_SUFFIX)   # as if the worker died before the unlink
+    with open(leftover, "wb") as fh:
+        fh.write(b"x" * 5000)
+    with Store([(root, 0)]) as store:
+        assert os.listdir(os.path.join(root, TMP)) == []
+        assert store.dirs[0].reaping == 0 and store.open_object("a") is not None
