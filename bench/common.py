@@ -132,7 +132,16 @@ def paired(subject: Callable[[], float], baseline: Callable[[], float], repeats:
 
 
 # -- machine and output ------------------------------------------------------------------------
+# The load average and date when this benchmark process started (this module is imported before
+# anything is measured): machine() is called at the start of some benchmarks and at the end of
+# others, and a load average read at the end would carry the benchmark's own load.
+STARTED_AT = datetime.datetime.now(datetime.UTC)
+LOADAVG_AT_START = os.getloadavg()
+
+
 def machine() -> dict[str, Any]:
+    """Where the run happened; `loadavg_at_start` and `date` are the process's start, whenever
+    this is called (`loadavg_now` is the load average at the call)."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
@@ -151,9 +160,10 @@ def machine() -> dict[str, Any]:
         "memory_gib": round(mem_kb / (1 << 20), 1),
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "loadavg_at_start": [round(x, 2) for x in LOADAVG_AT_START],
+        "loadavg_now": [round(x, 2) for x in os.getloadavg()],
         "commit": _git_commit(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date": STARTED_AT.isoformat(timespec="seconds"),
     }
 
 
