@@ -85,7 +85,10 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
             nursery.start_soon(_announce, options, fields)
             nursery.start_soon(fs.session.run)
             nursery.start_soon(fs.atime.run)
-            await pyfuse3.main(min_tasks=2, max_tasks=options.max_tasks)
+            # Idle request tasks stay parked (pyfuse3 ends a task that finds more than min_tasks
+            # waiting and starts one when none is): with a few reads always in flight, min_tasks=2
+            # ended and started a task for about every second 1 MiB read of a cold read.
+            await pyfuse3.main(min_tasks=options.max_tasks, max_tasks=options.max_tasks)
             fs.session.stop()
             fs.atime.stop()
             nursery.cancel_scope.cancel()
