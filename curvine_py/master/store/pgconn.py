@@ -72,9 +72,17 @@ class Rows:
         return iter(self.fetchall())
 
 
+def _answered_rows(cursor: psycopg.Cursor[Any]) -> bool:
+    """The statement answered rows (a SELECT, a RETURNING), as `cursor.description is not None`
+    says, without building the description: psycopg makes a Column object per column there, a third
+    of the store thread's CPU in a create (bench/meta_profile.py)."""
+    result = cursor.pgresult
+    return result is not None and (result.nfields > 0 or result.status == pq.ExecStatus.TUPLES_OK)
+
+
 def _run(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> Rows:
     cursor = conn.execute(translate(sql), params or None)
-    rows = cursor.fetchall() if cursor.description is not None else []
+    rows = cursor.fetchall() if _answered_rows(cursor) else []
     return Rows(rows, cursor.rowcount, cursor.statusmessage)
 
 
@@ -425,7 +433,7 @@ class PgReader:
         with conn.pipeline():
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             cursor = conn.execute(translate(sql), params or None)
-        rows = cursor.fetchall() if cursor.description is not None else []
+        rows = cursor.fetchall() if _answered_rows(cursor) else []
         return Rows(rows, cursor.rowcount)
 
     @staticmethod
