@@ -1,6 +1,8 @@
-"""Prints the before/after table of docs/benchmarks.md ("Before and after the restructuring") from
-bench/results/kv-before-after.json: per size and op, the median over runs of each run's ratio to
-its same-run Reno raw pair, and the median client+server CPU per GB moved.
+"""Prints the bench kv before/after table of docs/benchmarks.md ("Before and after the restructuring")
+from bench/results/kv-before-after.json: per size and op, the median over runs of each run's ratio
+to its same-run Reno raw pair, and the median client+server CPU per GB moved. The runs are
+`bench kv --quick` results, alternately in a checkout of each side (the fuse rows beside them:
+bench/fuse_before_after.py).
 
     .venv/bin/python -m bench.before_after [FILE]
 """
