@@ -12,7 +12,7 @@ reader can open it by name and a restart cannot adopt it again: tmp/ is emptied 
 Readers that had it open keep reading it (unlink semantics). Space: the queued bytes count as free
 to us (DataDir.reaping), as the kept files do; a write that the file system refuses for space
 unlinks the queued files of its dir on its own thread first (`drain`). The queue is bounded
-(`max_queued` files): when frees come faster than the disk takes the discards, the caller unlinks
+(`max_queued` files; a watermark eviction frees up to 15% of the capacity at once): when frees come faster than the disk takes the discards, the caller unlinks
 itself again, so the space counted free but not yet freed stays small.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from curvine_py.worker.datadir import TMP, DataDir
 log = logging.getLogger(__name__)
 
 GONE_SUFFIX = ".gone"
-MAX_QUEUED = 64
+MAX_QUEUED = 1024
 
 
 class Reaper:
