@@ -1,6 +1,7 @@
 """Per-request cost of a KV get and put (issue 14): what a request spends outside the copy.
 
     python -m bench.kv_profile [--count 400] [--sizes 4096,1048576] [--profile DIR]
+    python -m bench.kv_profile --full-cache 64 [--count 600] [--sizes 1048576]
 
 One master + one worker on loopback (the client on another node name: TCP), serial gets and puts
 of each size; for each (size, op): wall us per request and CPU us per request in the client and
@@ -9,6 +10,10 @@ KV minus raw at the same size is the fixed cost per request (the bytes are copie
 With --profile, the client runs under cProfile and the worker's connections too
 (CURVINE_PROFILE_DIR, worker/server.py), both on the thread's CPU clock (a wait for the peer costs
 nothing); the top entries by own CPU time are printed per op, with the calls per request.
+With --full-cache MIB, the worker's data dir holds MIB MiB and is filled twice over first, so every
+put of the sample makes room by eviction (the watermarks: above 90% it evicts down to 75%), as a
+cache at capacity does: the wall of each put (median, p90, p99, max), the puts over 5 ms, and the
+CPU per put of client and worker; no raw pair (the file system's work is the point).
 """
 from __future__ import annotations
 
@@ -112,6 +117,38 @@ def report(size: int, args: argparse.Namespace, rows: dict[str, list[tuple[float
         print(f"  {op} KV - raw: wall {fixed[0]:.1f}, client CPU {fixed[1]:.1f}, worker CPU {fixed[2]:.1f}")
 
 
+def full_cache(root: pathlib.Path, capacity_mib: int, sizes: list[int], args: argparse.Namespace) -> None:
+    """Serial puts of new keys into a full cache (see the module docstring)."""
+    from tests.harness import Cluster
+
+    with Cluster(root / "cluster", workers=1, node_names=["w"], capacity=f"{capacity_mib}MiB",
+                 worker_args=["--max-payload", str(64 << 20)]) as cluster:
+        cluster.wait_for_live_workers(1)
+        worker = cluster.workers[0]
+        assert worker is not None
+        client = cluster.client(node="c", membership_refresh_s=60.0)
+        for size in sizes:
+            data = aligned(size, fill=True)
+            for i in range(2 * (capacity_mib << 20) // size):
+                client.kv.put(f"fill/{size}/{i}", data)
+            for r in range(args.repeats):
+                walls: list[float] = []
+                prefix = f"p/{size}/{r}"
+
+                def put(i: int, prefix: str = prefix, data: memoryview = data, walls: list[float] = walls) -> None:
+                    start = time.perf_counter()
+                    client.kv.put(f"{prefix}/{i}", data)
+                    walls.append((time.perf_counter() - start) * 1e3)
+                wall, ccpu, wcpu = measure(put, args.count, worker.process.pid)
+                walls.sort()
+                n = len(walls)
+                print(f"{size} bytes into a full {capacity_mib} MiB cache, {n} puts: wall per put {wall / 1e3:.2f} ms "
+                      f"(median {walls[n // 2]:.2f}, p90 {walls[9 * n // 10]:.2f}, p99 {walls[99 * n // 100]:.2f}, "
+                      f"max {walls[-1]:.1f}; {sum(w > 5 for w in walls)} over 5 ms); CPU per put: client "
+                      f"{ccpu:.0f} us, worker {wcpu:.0f} us", flush=True)
+        client.close()
+
+
 def main() -> int:
     from tests.harness import Cluster
 
@@ -121,9 +158,17 @@ def main() -> int:
     p.add_argument("--sizes", default="4096,1048576")
     p.add_argument("--profile", default="", help="directory for cProfile output (client and worker)")
     p.add_argument("--dir", default="/var/tmp")
+    p.add_argument("--full-cache", type=int, default=0, metavar="MIB",
+                   help="puts into a full cache of this many MiB instead (see the docstring)")
     args = p.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
     root = pathlib.Path(tempfile.mkdtemp(prefix="curvine-kvprof-", dir=args.dir))
+    if args.full_cache:
+        try:
+            full_cache(root, args.full_cache, sizes, args)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return 0
     profile_dir = pathlib.Path(args.profile) if args.profile else None
     if profile_dir is not None:
         shutil.rmtree(profile_dir, ignore_errors=True)
