@@ -257,8 +257,58 @@ def plot_failover(data: dict[str, Any]) -> list[Plot]:
     return [("takeover", fig)]
 
 
+def plot_lmcache_same_tcp(data: dict[str, Any]) -> list[Plot]:
+    """Part A: every path of each congestion control (GB/s); part B: the fs:// readers, cold and
+    warm, against the native plugin's batched get of the same repeats."""
+    summary = data["summary"]
+    runs = summary["same_tcp"]
+    fs = summary.get("fs")
+    fig, axes = _figure(len(runs) + (1 if fs else 0), width=5.5)
+    for ax, (cc, row) in zip(axes, runs.items(), strict=False):
+        paths = row["paths"]
+        ax.bar(range(len(paths)), [p["gbps"] for p in paths.values()])
+        ax.set_xticks(range(len(paths)), list(paths), rotation=30, ha="right", fontsize=7)
+        ax.set_ylabel("GB/s (1e9 bytes/s)")
+        ax.set_title(f"servers with {cc}: 8 x 32 MiB gets")
+    if fs:
+        ax = axes[-1]
+        readers = fs["readers"]
+        names = [SAME_TCP_READERS.get(n, n) for n in readers]
+        _bars(ax, names, {"cold": [r["cold_gbps"] for r in readers.values()],
+                          "warm": [r["warm_gbps"] for r in readers.values()]})
+        ax.axhline(fs["native_batched_gbps"], color="black", linestyle="--", label="native plugin, batched get")
+        ax.set_ylabel("GB/s (1e9 bytes/s)")
+        ax.set_title("fs:// over the mount vs the native get")
+        ax.legend(fontsize=8)
+    return [("gets", fig)]
+
+
+SAME_TCP_READERS = {"fs_read": "reader on another node (TCP)", "fs_local": "reader on the owner's node"}
+
+
+def plot_fuse_cold(data: dict[str, Any]) -> list[Plot]:
+    """Per read pattern: the mount's CPU per MiB and GB/s of each checkout, bars spanning the repeats."""
+    samples = data["samples"]
+    fig, axes = _figure(2, width=5.5)
+    for ax, metric, label in zip(axes, ("mount_ms", "gbps"), ("mount CPU ms per MiB", "GB/s (1e9 bytes/s)"),
+                                 strict=True):
+        checkouts = list(next(iter(samples.values())))
+        series: dict[str, list[float]] = {}
+        spreads: dict[str, list[tuple[float, float]]] = {}
+        for name in checkouts:
+            values = [[s[metric] for s in samples[pattern][name]] for pattern in samples]
+            series[name] = [median(v) for v in values]
+            spreads[name] = [_spread(v, median(v)) for v in values]
+        _bars(ax, list(samples), series, spreads)
+        ax.set_ylabel(label)
+        ax.set_title(f"cold reads through the mount: {label.split(' (')[0]}")
+        ax.legend(fontsize=8)
+    return [("cpu", fig)]
+
+
 PLOTTERS: dict[str, Plotter] = {"kv": plot_kv, "lmcache": plot_lmcache, "meta": plot_meta,
-                                "fuse": plot_fuse, "placement": plot_placement, "failover": plot_failover}
+                                "fuse": plot_fuse, "placement": plot_placement, "failover": plot_failover,
+                                "lmcache-same-tcp": plot_lmcache_same_tcp, "fuse-cold": plot_fuse_cold}
 CAPTIONS = {
     "kv": "KV get and put throughput by object size against both raw socket pairs of the same run",
     "lmcache": "LMCache's ways (get and put) against the raw pair, redis and LMCache's own lm:// server",
@@ -266,6 +316,8 @@ CAPTIONS = {
     "fuse": "The FUSE mount against the client library",
     "placement": "Weighted rendezvous against a 100-vnode ring",
     "failover": "Standby master takeover against restarting the one master by hand",
+    "lmcache-same-tcp": "Native plugin and stock lm:// server with the same TCP settings; fs:// readers cold and warm",
+    "fuse-cold": "Cold reads through the mount: its CPU per MiB and GB/s, checkouts side by side",
 }
 
 
@@ -291,7 +343,7 @@ def render(name: str, data: dict[str, Any], out_dir: pathlib.Path = RESULTS, *,
 
 # The PNGs each plotter draws, in the order the doc shows them.
 OUTPUTS = {"kv": ("throughput",), "lmcache": ("ways", "mp-l2"), "meta": ("ops",), "fuse": ("throughput",),
-           "placement": ("balance",), "failover": ("takeover",)}
+           "placement": ("balance",), "failover": ("takeover",), "lmcache-same-tcp": ("gets",), "fuse-cold": ("cpu",)}
 
 
 def _ran(results: pathlib.Path, name: str) -> str:
