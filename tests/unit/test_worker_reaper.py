@@ -144,3 +144,39 @@ def test_a_restart_sweeps_files_a_crash_left_queued(tmp_path: pathlib.Path) -> N
     with Store([(root, 0)]) as store:
         assert os.listdir(os.path.join(root, TMP)) == []
         assert store.dirs[0].reaping == 0 and store.open_object("a") is not None
+
+
+def test_a_delete_returns_and_the_store_serves_while_the_disk_still_works_on_the_unlink(
+        tmp_path: pathlib.Path) -> None:
+    """The discard of a freed file's blocks (a synchronous one on the bench machine) is no longer
+    waited for under the store lock: with the reaper's unlink held, other requests go on."""
+    with Store([(str(tmp_path / "d"), 0)]) as store:
+        store.freed.max_files = 0
+        store.put_object("old", os.urandom(MiB))
+        store.put_object("other", b"still here")
+        entered, release = threading.Event(), threading.Event()
+        served_meanwhile: list[bool] = []
+        real = os.unlink
+
+        def slow(target: str, *args: object, **kwargs: object) -> None:
+            if str(target).endswith(GONE_SUFFIX):
+                entered.set()
+                # Were the requests below answered while this unlink was still in progress? (If the
+                # store lock were held here, they could not be: this wait would run out first.)
+                served_meanwhile.append(release.wait(10))
+            real(target)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(os, "unlink", slow)
+            try:
+                assert store.delete_object("old") is True
+                assert entered.wait(10)                          # the reaper is inside the unlink
+                assert store.put_object("new", b"fresh") is True
+                stored = store.open_object("other")
+                assert stored is not None
+                with stored:
+                    assert stored.read() == b"still here"
+                assert store.dirs[0].reaping > 0
+            finally:
+                release.set()
+            wait_until(lambda: store.dirs[0].reaping == 0, 10.0, "the reaper's unlink")
+        assert served_meanwhile == [True]
