@@ -22,7 +22,9 @@ Safety (the reason the rules below exist):
   taken: cutting a larger one frees blocks, a synchronous discard on the request path here
   (reaper.py); it waits for a write of its size.
 - What is not kept (the bounds below, no leases, a file still open at `take`) is unlinked by the
-  reaper's thread (reaper.py), not by the request that freed it.
+  reaper's thread (reaper.py), not by the request that freed it. A stored file replaced by a rename
+  (a rewritten block) gets a second name here first (`link_aside`), so the rename frees nothing,
+  and is then retired like a deleted one.
 - Space: the kept files count as free space (DataDir.kept: neither the evictor nor the master sees
   them as used); at most `max_files` and `max_bytes` per dir, and a write refused by the file
   system (ENOSPC) drains its dir before it evicts anything (`drain`).
@@ -48,6 +50,7 @@ from curvine_py.worker.reaper import Reaper
 log = logging.getLogger(__name__)
 
 FREED_SUFFIX = ".free"
+ASIDE_SUFFIX = ".old"    # a replaced file's second name, until `retire` takes it
 MAX_FILES = 256          # per dir
 MAX_BYTES = 256 << 20    # per dir, and at most 1/16 of the dir's capacity (`set_capacity`)
 _ATTEMPTS = 3            # files still open tried per take before creating a new one
@@ -118,6 +121,16 @@ class FreedFiles:
         with self._lock:
             self._kept[index].setdefault(size, []).append(kept)
         return True
+
+    def link_aside(self, index: int, path: str) -> str | None:
+        """A second name in tmp/ for the file at `path` (a stored file about to be replaced by a
+        rename: with it, the rename frees no blocks); None when the link fails."""
+        aside = f"{self._dirs[index]}/{self._prefix}{next(self._serial)}{ASIDE_SUFFIX}"
+        try:
+            os.link(path, aside)
+        except OSError:
+            return None
+        return aside
 
     def _pick(self, index: int, size: int) -> tuple[str, int] | None:
         """(lock held) The newest kept file of `size`, else of the largest size below it; removed

@@ -84,7 +84,6 @@ class WriteTarget(Protocol):
 
     def publish(self, entry: Entry, tmp_path: str, final_path: str) -> bool: ...
     def release(self, entry: Entry) -> None: ...
-    def discard_temp(self, entry: Entry, tmp_path: str) -> None: ...
 
 
 class PendingWrite:
@@ -182,7 +181,8 @@ class PendingWrite:
             self._fd = -1
         if not self._done:
             self._done = True
-            self._target.discard_temp(self._entry, self._tmp_path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp_path)
             self._target.release(self._entry)
 
 
@@ -279,13 +279,11 @@ class WritePipeline:
                     self.reclaim(index, 0)
         raise NoSpace(f"data dir {self._dirs[index].path} is full")
 
-    def discard_temp(self, entry: Entry, tmp_path: str) -> None:
-        """Removes the temp file of a write that will not be published: by the reaper's thread
-        when it runs (an unlink of allocated blocks waits for a discard here: reaper.py)."""
-        reaper = self.freed.reaper if self.freed is not None else None
-        if reaper is None or not reaper.queue(entry.dir_index, tmp_path, entry.size, move=False):
+    def _free(self, index: int, path: str, size: int) -> None:
+        """A file nobody will look up again: kept for reuse or reaped (recycle.py), else unlinked."""
+        if self.freed is None or not self.freed.retire(index, path, size):
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp_path)
+                os.unlink(path)
 
     def release(self, entry: Entry) -> None:
         """Gives back the reservation of an abandoned write."""
@@ -299,26 +297,34 @@ class WritePipeline:
         inventory = self._inventory
         with self._lock:
             self._dirs[entry.dir_index].reserved -= entry.size
+            aside = None
             try:
                 existing = inventory.get(entry.name)
                 if existing is not None and entry.kind == layout.KIND_OBJECT \
                         and not existing.expired(self._clock()):
-                    self.discard_temp(entry, tmp_path)
+                    os.unlink(tmp_path)
                     return False
                 shard = os.path.dirname(final_path)
                 if shard not in self.known_shards:
                     os.makedirs(shard, exist_ok=True)
                     self.known_shards.add(shard)
+                if existing is not None and existing.dir_index == entry.dir_index and self.freed is not None:
+                    # A second name for the file being replaced (a rewritten block): the rename
+                    # below then frees no blocks under the lock; the old file is kept or reaped.
+                    aside = self.freed.link_aside(entry.dir_index, final_path)
                 os.rename(tmp_path, final_path)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp_path)
+                if aside is not None:   # the old file still has its own name: this frees nothing
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(aside)
                 raise
             if existing is not None:
                 inventory.forget(existing)
-                if existing.dir_index != entry.dir_index:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(inventory.path_of(existing))
+                old = aside if existing.dir_index == entry.dir_index else inventory.path_of(existing)
+                if old is not None:
+                    self._free(existing.dir_index, old, existing.size)
             entry.last_access_ms = self._clock()
             inventory.remember(entry)
         return True

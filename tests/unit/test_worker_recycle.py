@@ -16,7 +16,7 @@ from curvine_py.worker.recycle import FREED_SUFFIX
 from curvine_py.worker.store import Store
 from curvine_py.worker.writes import copier
 from tests.harness import wait_until
-from tests.unit.test_worker_store import object_path, read_all
+from tests.unit.test_worker_store import block_path, object_path, read_all
 
 MiB = 1 << 20
 
@@ -235,3 +235,36 @@ def test_max_files_0_keeps_nothing(tmp_path: pathlib.Path) -> None:
         store.delete_object("a")
         reaped(store)
         assert os.listdir(os.path.join(store.dirs[0].path, "tmp")) == [] and store.dirs[0].kept == 0
+
+
+def test_a_rewritten_blocks_old_file_is_kept_for_reuse_not_freed_by_the_rename(tmp_path: pathlib.Path) -> None:
+    with Store([(str(tmp_path / "d"), 0)], open_files=0) as store:
+        old, new = os.urandom(MiB), os.urandom(MiB)
+        store.write_block(7, old)
+        old_inode = block_path(store, 7).stat().st_ino
+        reader = store.open_block(7)           # a reader of the old copy, as a READ_BLOCK in flight
+        assert reader is not None
+        store.write_block(7, new)              # replaced atomically
+        [kept] = freed_in(store)
+        assert os.stat(os.path.join(store.dirs[0].path, "tmp", kept)).st_ino == old_inode
+        stored = store.open_block(7)
+        assert stored is not None
+        with stored:
+            assert stored.read() == new
+        with reader:
+            assert reader.read() == old        # the old bytes, for whoever had them open
+        store.write_block(8, os.urandom(MiB))  # the old file is free now: overwritten by the next write
+        assert store.freed.reused == 1 and freed_in(store) == []
+
+
+def test_a_rewritten_blocks_old_file_beyond_the_bounds_goes_to_the_reaper(tmp_path: pathlib.Path) -> None:
+    with Store([(str(tmp_path / "d"), 0)]) as store:
+        store.freed.max_files = 0
+        store.write_block(7, os.urandom(5000))
+        store.write_block(7, b"second")
+        reaped(store)
+        assert os.listdir(os.path.join(store.dirs[0].path, "tmp")) == []
+        stored = store.open_block(7)
+        assert stored is not None
+        with stored:
+            assert stored.read() == b"second"
