@@ -196,7 +196,8 @@ class FileSystem:
         is hashed the same way block by block (one read of it, at memory speed) and compared.
         Anything not known to match is False: another size or type, a block map with a hole or
         that does not cover the size, a block without a checksum (0: shortened by a truncate) or
-        without a live location."""
+        without a copy on a live worker (GetBlocks also lists copies on registered workers past
+        their lease, which may be dead: skipping an upload on their word could lose the file)."""
         try:
             attr = self.master.resolve(normalize(path), follow_symlinks=False)
         except NotFound:
@@ -210,8 +211,9 @@ class FileSystem:
             if any(b.length != blocks[0].length for b in blocks[:-1]):
                 return False   # offsets are index * block size: every block but the last is full
             buffer = memoryview(bytearray(layout.CHUNK_SIZE))
+            live = self._blocks.membership.view().workers
             for block in blocks:
-                if not block.checksum or not block.worker_ids:
+                if not block.checksum or not any(w in live for w in block.worker_ids):
                     return False
                 if _local_checksum(source, block.length, buffer) != block.checksum:
                     return False

@@ -230,3 +230,19 @@ def test_a_write_whose_only_worker_died_fails_clearly(lab1: Lab, monkeypatch: py
     assert len(grants) == 1, "the second AddBlock was refused by the master: no live worker"
     assert writer.fs.stat("/d/f").size == 0                   # nothing published
     assert writer.fs.stat("/d/before").size == 4
+
+
+def test_a_file_whose_only_copies_are_on_a_dead_worker_is_not_the_same_content(
+        lab2: Lab, tmp_path: pathlib.Path) -> None:
+    """`fs load` skips an upload when the stored file has the same content: copies on a worker
+    that is registered but not live (maybe dead) must not count, or the upload is skipped and the
+    file stays unreadable."""
+    dead, _two, one = two_files(lab2, seed=8)
+    local = tmp_path / "one"
+    local.write_bytes(one)
+    reader = lab2.cluster.client(node="elsewhere")
+    assert reader.fs.same_content(str(local), "/one/f")
+    lab2.workers[lab2.index_of(dead)].kill()
+    lab2.wait_not_live(reader, dead)
+    assert [b.worker_ids for b in reader.master.get_blocks(reader.fs.stat("/one/f").ino).blocks] == [(dead,)] * 3
+    assert not reader.fs.same_content(str(local), "/one/f"), "its only copies are on a worker that is not live"
