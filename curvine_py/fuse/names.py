@@ -18,7 +18,8 @@ The promise stays the one the entry timeout already makes (ARCHITECTURE.md "Sema
 
 Directories where prefetching does not pay (random lookups in a huge directory hit few of the
 fetched names) back off: their threshold grows fourfold each time a page earned under a tenth of
-its names in hits, and returns to `hot` when a page pays.
+its names in hits (a page dropped by a local change before it paid, or thrown away because one
+raced with it, counts as not paying), and returns to `hot` when a page pays.
 """
 from __future__ import annotations
 
@@ -105,9 +106,12 @@ class NameCache:
     def fill(self, parent: int, entries: Iterable[DirEntry], generation: int) -> None:
         """Adds a page fetched while `generation` was current; a page that raced with a local
         change (the generation moved on during the fetch) may predate it and is thrown away."""
-        if generation != self.generation:
-            return
         directory = self._dirs.setdefault(parent, _Directory(threshold=self.hot))
+        if generation != self.generation:
+            # Fetched for nothing: counts as a page that earned no hits, so a directory changed
+            # here as fast as it is looked up (an unlink burst) backs off instead of fetching on.
+            directory.fetched, directory.hits = max(directory.fetched, 1), 0
+            return
         now = self._clock()
         count = 0
         for entry in entries:
@@ -137,7 +141,9 @@ class NameCache:
         if directory is not None:
             for name in tuple(directory.names):
                 self._remove(parent, name)
-            directory.fetched = directory.hits = 0
+            # fetched/hits stay: a page dropped by a local change earned what it earned by then,
+            # and the next evaluation (should_fetch) judges it by that. Reset here, an unlink
+            # burst never backed off: every `hot` lookups fetched a page the next unlink dropped.
 
     def clear(self) -> None:
         self.generation += 1

@@ -115,3 +115,42 @@ def test_directories_tracked_are_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
         cache.should_fetch(parent)
     assert len(cache._dirs) <= 100
     assert cache.get(DIR, "f1") is None, "dropped together with the counters"
+
+
+def fetches_in_a_burst(cache: NameCache, changes: int) -> int:
+    """An unlink burst: each change's LOOKUP (a master lookup, maybe with a page), then the
+    change, which drops the directory's names."""
+    fetched = 0
+    for i in range(changes):
+        if cache.should_fetch(DIR):
+            fetched += 1
+            cache.fill(DIR, page(range(i + 1, i + 101)), cache.generation)
+        assert cache.get(DIR, f"f{i}") is None    # the name the kernel looks up was never held
+        cache.forget_directory(DIR)
+    return fetched
+
+
+def test_pages_dropped_by_local_changes_before_they_paid_back_off() -> None:
+    # hot=4: without the backoff this burst would fetch a page every 4 lookups (100 pages)
+    fetched = fetches_in_a_burst(NameCache(1.0, hot=4, clock=Clock()), 400)
+    assert 2 <= fetched <= 5, fetched
+
+
+def test_a_page_thrown_away_after_a_race_counts_as_not_paying() -> None:
+    cache = NameCache(1.0, hot=4, clock=Clock())
+    assert [cache.should_fetch(DIR) for _ in range(4)] == [False, False, False, True]
+    generation = cache.generation
+    cache.forget_directory(DIR)                      # the race
+    cache.fill(DIR, page(range(10)), generation)     # thrown away
+    assert cache.get(DIR, "f1") is None
+    assert [cache.should_fetch(DIR) for _ in range(4)] == [False] * 4, "judged: did not pay"
+    assert [cache.should_fetch(DIR) for _ in range(16)][-1], "threshold grew fourfold: 16"
+
+
+def test_a_page_that_paid_before_a_change_keeps_the_base_threshold() -> None:
+    clock = Clock()
+    cache = hot_cache(clock)                 # 100 names held
+    for i in range(20):                      # 20% used, then a local change drops the rest
+        assert cache.get(DIR, f"f{i}") is not None
+    cache.forget_directory(DIR)
+    assert [cache.should_fetch(DIR) for _ in range(4)] == [False, False, False, True]
