@@ -1,6 +1,7 @@
 """Where one create's time goes through a real master, on SQLite and on PostgreSQL (issue 12).
 
-    python -m bench.meta_profile [--files 10000] [--ops 1000] [--repeats 3] [--json PATH]
+    python -m bench.meta_profile [--files 10000] [--ops 1000] [--repeats 3] [--threads 1] [--block 25]
+                                 [--bench-order] [--json PATH]
 
 Two master processes (SQLite, and PostgreSQL 15 from tests/pgserver.py with fsync on, as bench meta)
 on the same population of N files in /pop, started through this module (`--serve-master`), which
@@ -19,12 +20,16 @@ are on one clock) before it runs the master's own main():
     reply               handler back until it returns (the reply's conversion)
     handler -> client   the handler's return until the client has the answer
 
-Calls run one at a time (1 client thread), the engines take turns within every repeat; reported:
-the median of each segment over all calls of all repeats (microseconds), for Create and for
-GetMembership (the RPC floor of bench meta). Next to them, the same curvine_create statement from a
-plain psycopg client on a copy of the population (its own database, so the master's is untouched):
-what the statement with its commit costs outside the master. Also the CPU each process spent per
-call (master, the master's PostgreSQL backend, this client), from /proc.
+The engines take turns every `--block` calls (GetMemberships, then as many creates); reported: the
+median, mean and tail of each segment over all calls of all repeats (microseconds), for Create and
+for GetMembership (the RPC floor of bench meta; at --threads above 1 only the creates are matched
+to their stamps, by name), and creates/s. `--bench-order` runs bench meta's sequence: the store
+in-process first, and each repeat's new names looked up, renamed and unlinked after the creates.
+Next to them: the same curvine_create statement from a plain psycopg session on a copy of the
+population (its own database, so the master's is untouched), its turn after both masters' in every
+block: what the statement with its commit costs outside the master; PostgreSQL's own counters
+(track_functions: the time inside curvine_create; track_wal_io_timing: per WAL fsync); the CPU
+each process spent per call (master, the master's PostgreSQL backend, this client), from /proc.
 """
 from __future__ import annotations
 
