@@ -27,7 +27,8 @@ to their stamps, by name), and creates/s. `--bench-order` runs bench meta's sequ
 in-process first, and each repeat's new names looked up, renamed and unlinked after the creates.
 Next to them: the same curvine_create statement from a plain psycopg session on a copy of the
 population (its own database, so the master's is untouched), its turn after both masters' in every
-block: what the statement with its commit costs outside the master; PostgreSQL's own counters
+block, back to back and after a 1.5 ms pause each: what the statement with its commit costs
+outside the master, and what an idle session's wait adds; PostgreSQL's own counters
 (track_functions: the time inside curvine_create; track_wal_io_timing: per WAL fsync); the CPU
 each process spent per call (master, the master's PostgreSQL backend, this client), from /proc.
 """
@@ -55,6 +56,7 @@ SEGMENTS = ("client->handler", "handler->queue", "queue wait", "begin", "functio
             "reply", "handler->client", "total")
 CPU = ("handler thread CPU", "store thread CPU (function)", "store thread CPU (commit)")
 METHODS = ("Create", "GetMembership")
+PAUSE_S = 0.0015       # a plain session's idle time before each statement, about the rest of a create's call
 
 
 # -- inside the master process ----------------------------------------------------------------------
@@ -291,17 +293,21 @@ class Plain:
     """curvine_create (the master's one statement per create, committed by itself) from a plain
     psycopg session, as the master sends it, on its own copy of the population."""
 
-    def __init__(self, url: str, stack: contextlib.ExitStack) -> None:
+    def __init__(self, url: str, stack: contextlib.ExitStack, *, pause_s: float = 0.0, tag: str = "") -> None:
         from curvine_py.master.engine.url import parse_meta_url
         from curvine_py.master.store.pgengine import connect
 
         self.conn = connect(parse_meta_url(url), application="curvine-py profile")
         stack.callback(self.conn.close)
         self.samples: list[float] = []
+        self.pause_s = pause_s      # idle before each statement, as the master's session is between creates
+        self.tag = tag
 
     def run(self, names: list[str], parent: int, _backends: list[int]) -> None:
         for name in names:
-            params = (parent, f"plain-{name}", 1, 0o644, 0, 0, 0, 1, 0, None, time.time_ns(), 4 << 20)
+            if self.pause_s:
+                time.sleep(self.pause_s)
+            params = (parent, f"plain{self.tag}-{name}", 1, 0o644, 0, 0, 0, 1, 0, None, time.time_ns(), 4 << 20)
             t0 = time.perf_counter_ns()
             self.conn.execute("SELECT * FROM curvine_create(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                               params).fetchone()
@@ -357,6 +363,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             for engine in engines.values():
                 engine.client.membership()
             plain = Plain(plain_url, stack)
+            paused = Plain(plain_url, stack, pause_s=PAUSE_S, tag="-paused")
             server_before = server_stats(pg)
             for r in range(args.repeats):
                 order = list(engines) if r % 2 == 0 else list(engines)[::-1]
@@ -366,6 +373,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
                     for name in order:
                         engines[name].run(names[first:first + args.block], parent, backends[name])
                     plain.run(names[first:first + args.block], parent, [])
+                    paused.run(names[first:first + args.block], parent, [])
                 if args.bench_order:
                     for name in order:
                         engines[name].clean(names, parent)
@@ -380,6 +388,8 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             result["server"] = server_delta(server_before, server_stats(pg))
             result["plain_statement_us"] = statistics.median(plain.samples)
             result["plain_statement_mean_us"] = statistics.fmean(plain.samples)
+            result["paused_statement_us"] = statistics.median(paused.samples)
+            result["paused_statement_mean_us"] = statistics.fmean(paused.samples)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return result
@@ -405,7 +415,9 @@ def render(result: dict[str, Any]) -> str:
               + f"; PostgreSQL / SQLite {rates['postgresql'] / rates['sqlite']:.2f}", ""]
     lines.append(f"curvine_create from a plain psycopg session (same statement, committed alone, its turn after "
                  f"both masters' in every block): median {result['plain_statement_us']:,.0f} us, mean "
-                 f"{result['plain_statement_mean_us']:,.0f} us")
+                 f"{result['plain_statement_mean_us']:,.0f} us; after a {PAUSE_S * 1000:.1f} ms pause before each "
+                 f"(the master's session idles between creates): median {result['paused_statement_us']:,.0f} us, "
+                 f"mean {result['paused_statement_mean_us']:,.0f} us")
     server = result["server"]
     lines.append(f"PostgreSQL's own counters over the same calls: {server['curvine_create us']:,.0f} us inside "
                  f"curvine_create ({server['curvine_create calls']:,.0f} calls), {server['wal sync us']:,.0f} us "
