@@ -47,8 +47,9 @@ from bench.fuse_ceiling import serving
 from curvine_py.client import CurvineClient
 from curvine_py.client.buffers import aligned
 from curvine_py.client.files import CurvineFile
-from curvine_py.core.domain import Attr, FileBlocks, FileType, NewNode, Policy
+from curvine_py.core.domain import Attr, FileBlocks, FileType, InodeId, NewNode, Policy
 from curvine_py.core.errors import NotFound
+from curvine_py.core.posix import ROOT_INO
 from tests.fuse.mounts import Mount
 from tests.harness import Cluster
 
@@ -100,7 +101,7 @@ class Bench:
     def lib_write(self, name: str, size: int) -> float:
         chunk = self.source
         started = time.perf_counter()
-        attr = self.client.master.create(NewNode(parent=1, name=name, type=FileType.REGULAR, mode=0o644))
+        attr = self.client.master.create(NewNode(parent=ROOT_INO, name=name, type=FileType.REGULAR, mode=0o644))
         handle = CurvineFile(self.client.blocks, attr, node=self.node, writable=True,
                              blocks=FileBlocks(attr=attr, blocks=(), policy=Policy()))
         for offset in range(0, size, MiB):
@@ -121,7 +122,7 @@ class Bench:
 
     def lib_read(self, name: str) -> float:
         started = time.perf_counter()
-        attr = self.client.master.lookup(1, name)
+        attr = self.client.master.lookup(ROOT_INO, name)
         handle = CurvineFile(self.client.blocks, attr, node=self.node, writable=False)
         total = 0
         while n := handle.pread_into(total, self.buffer):
@@ -161,7 +162,7 @@ class Bench:
 
     def lib_fs_read(self, names: list[str]) -> float:
         """The same files through the client library, each in one pread_into, all at once."""
-        attrs = [self.client.master.lookup(1, name) for name in names]
+        attrs = [self.client.master.lookup(ROOT_INO, name) for name in names]
         buffers = self._fs_buffers(len(names), int(attrs[0].size))
 
         def one(item: tuple[Attr, memoryview]) -> int:
@@ -186,7 +187,7 @@ class Bench:
     # -- random 4 KiB --------------------------------------------------------------------------
     def lib_random(self, name: str, size: int, count: int, seed: int) -> float:
         rng = random.Random(seed)
-        attr = self.client.master.lookup(1, name)
+        attr = self.client.master.lookup(ROOT_INO, name)
         handle = CurvineFile(self.client.blocks, attr, node=self.node, writable=False)
         out = self.buffer[:4096]
         started = time.perf_counter()
@@ -211,14 +212,14 @@ class Bench:
     # -- metadata ------------------------------------------------------------------------------
     def lib_meta(self, files: int, threads: int) -> dict[str, float]:
         directory = self._fresh("lib-meta")
-        top = self.client.master.create(NewNode(parent=1, name=directory, type=FileType.DIRECTORY, mode=0o755)).ino
+        top = self.client.master.create(NewNode(parent=ROOT_INO, name=directory, type=FileType.DIRECTORY, mode=0o755)).ino
         groups = []
         for t in range(threads):     # one directory per thread, as mdtest -u (see mount_meta)
             parent = self.client.master.create(NewNode(parent=top, name=f"t{t}", type=FileType.DIRECTORY,
                                                        mode=0o755)).ino
             groups.append([(parent, f"f{i:06d}") for i in range(t, files, threads)])
 
-        def create(item: tuple[int, str]) -> None:
+        def create(item: tuple[InodeId, str]) -> None:
             try:   # what the kernel does for open(O_CREAT): LOOKUP (a miss), then CREATE
                 self.client.master.lookup(*item)
             except NotFound:

@@ -86,8 +86,9 @@ def main(argv: list[str]) -> int:
         with Cluster(root / "cluster", workers=1) as cluster:
             client = cluster.client()
             from curvine_py.core.domain import FileType, NewNode
+            from curvine_py.core.posix import ROOT_INO
             for name in ("xfstests-test", "xfstests-scratch"):
-                client.master.create(NewNode(parent=1, name=name, type=FileType.DIRECTORY, mode=0o755))
+                client.master.create(NewNode(parent=ROOT_INO, name=name, type=FileType.DIRECTORY, mode=0o755))
             HELPER.write_text(HELPER_SCRIPT.format(logs=logs, repo=REPO, python=sys.executable,
                                                    master=cluster.master_address))
             HELPER.chmod(0o755)

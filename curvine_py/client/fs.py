@@ -16,7 +16,7 @@ from curvine_py.client.files import BlockStore, CurvineFile
 from curvine_py.client.master import MasterClient
 from curvine_py.client.types import DiskUsage, FileStatus, Quota
 from curvine_py.core import layout
-from curvine_py.core.domain import FileType, NewNode, Policy, PolicyAt
+from curvine_py.core.domain import FileType, InodeId, NewNode, Policy, PolicyAt
 from curvine_py.core.errors import AlreadyExists, CurvineError, InvalidArgument, IsADirectory, NotFound
 from curvine_py.core.keys import NAME_MAX, split_path
 from curvine_py.core.posix import ROOT_INO
@@ -66,7 +66,7 @@ class FileSystem:
         self._blocks = blocks
         self._node = node
 
-    def _parent(self, path: str) -> tuple[int, str]:
+    def _parent(self, path: str) -> tuple[InodeId, str]:
         parts = split_path(path)
         if not parts:
             raise InvalidArgument("the root has no parent")

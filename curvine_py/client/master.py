@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from typing import TypeAlias, TypeVar
 
 import grpc
@@ -24,11 +25,13 @@ from curvine_py.core.cluster import ClusterReport, FsckReport, MembershipView, M
 from curvine_py.core.domain import (
     AddedBlock,
     Attr,
+    BlockId,
     BlockInfo,
     DirEntry,
     DirLease,
     DirPage,
     FileBlocks,
+    InodeId,
     LeaseRenewal,
     NewNode,
     Policy,
@@ -124,17 +127,17 @@ class MasterClient:
             raise from_rpc_error(exc) from None
 
     # -- namespace ---------------------------------------------------------------------------
-    def lookup(self, parent: int, name: str) -> Attr:
+    def lookup(self, parent: InodeId, name: str) -> Attr:
         return convert.attr_from_pb(self._call(self._rpc.lookup, pb.LookupRequest(parent=parent, name=name)).attr)
 
-    def getattr(self, ino: int) -> Attr:
+    def getattr(self, ino: InodeId) -> Attr:
         return convert.attr_from_pb(self._call(self._rpc.get_attr, pb.InodeRequest(ino=ino)).attr)
 
     def resolve(self, path: str, follow_symlinks: bool = True) -> Attr:
         request = pb.PathRequest(path=path, follow_symlinks=follow_symlinks)
         return convert.attr_from_pb(self._call(self._rpc.resolve_path, request).attr)
 
-    def setattr(self, ino: int, changes: SetAttrChanges) -> Attr:
+    def setattr(self, ino: InodeId, changes: SetAttrChanges) -> Attr:
         return convert.attr_from_pb(self._call(self._rpc.set_attr, convert.setattr_pb(ino, changes)).attr)
 
     def create(self, node: NewNode) -> Attr:
@@ -145,25 +148,25 @@ class MasterClient:
         request = pb.CreateManyRequest(creates=[convert.new_node_pb(n) for n in nodes])
         return [convert.create_result_from_pb(r) for r in self._call(self._rpc.create_many, request).results]
 
-    def link(self, ino: int, new_parent: int, new_name: str) -> Attr:
+    def link(self, ino: InodeId, new_parent: InodeId, new_name: str) -> Attr:
         request = pb.LinkRequest(ino=ino, new_parent=new_parent, new_name=new_name)
         return convert.attr_from_pb(self._call(self._rpc.link, request).attr)
 
-    def unlink(self, parent: int, name: str, *, directory: bool = False, keep_orphan: bool = False) -> UnlinkResult:
+    def unlink(self, parent: InodeId, name: str, *, directory: bool = False, keep_orphan: bool = False) -> UnlinkResult:
         request = pb.UnlinkRequest(parent=parent, name=name, directory=directory, keep_orphan=keep_orphan)
         return convert.unlink_from_pb(self._call(self._rpc.unlink, request))
 
-    def rename(self, parent: int, name: str, new_parent: int, new_name: str,
+    def rename(self, parent: InodeId, name: str, new_parent: InodeId, new_name: str,
                flags: int = 0, *, keep_orphan: bool = False) -> RenameResult:
         request = pb.RenameRequest(parent=parent, name=name, new_parent=new_parent, new_name=new_name, flags=flags,
                                    keep_orphan=keep_orphan)
         return convert.rename_from_pb(self._call(self._rpc.rename, request))
 
-    def readdir(self, ino: int, after_name: str = "", limit: int = 1000) -> DirPage:
+    def readdir(self, ino: InodeId, after_name: str = "", limit: int = 1000) -> DirPage:
         request = pb.ReadDirRequest(ino=ino, after_name=after_name, limit=limit)
         return convert.dir_page_from_pb(self._call(self._rpc.read_dir, request))
 
-    def readdir_all(self, ino: int) -> list[DirEntry]:
+    def readdir_all(self, ino: InodeId) -> list[DirEntry]:
         entries: list[DirEntry] = []
         after = ""
         while True:
@@ -173,54 +176,55 @@ class MasterClient:
                 return entries
             after = page.entries[-1].name
 
-    def readlink(self, ino: int) -> str:
+    def readlink(self, ino: InodeId) -> str:
         return str(self._call(self._rpc.read_link, pb.InodeRequest(ino=ino)).target)
 
-    def getxattr(self, ino: int, name: str) -> bytes:
+    def getxattr(self, ino: InodeId, name: str) -> bytes:
         return bytes(self._call(self._rpc.get_xattr, pb.XattrRequest(ino=ino, name=name)).value)
 
-    def setxattr(self, ino: int, name: str, value: bytes, flags: int = 0) -> None:
+    def setxattr(self, ino: InodeId, name: str, value: bytes, flags: int = 0) -> None:
         self._call(self._rpc.set_xattr, pb.XattrRequest(ino=ino, name=name, value=value, flags=flags))
 
-    def listxattr(self, ino: int) -> list[str]:
+    def listxattr(self, ino: InodeId) -> list[str]:
         return list(self._call(self._rpc.list_xattr, pb.XattrRequest(ino=ino)).names)
 
-    def removexattr(self, ino: int, name: str) -> None:
+    def removexattr(self, ino: InodeId, name: str) -> None:
         self._call(self._rpc.remove_xattr, pb.XattrRequest(ino=ino, name=name))
 
-    def statfs(self, ino: int = 0) -> StatFs:
-        """The cluster's space (ino 0), or as seen from directory `ino` (bounded by its nearest quota)."""
-        return convert.statfs_from_pb(self._call(self._rpc.stat_fs, pb.StatFsRequest(ino=ino)))
+    def statfs(self, ino: InodeId | None = None) -> StatFs:
+        """The cluster's space (None: ino 0 on the wire), or as seen from directory `ino` (bounded by
+        its nearest quota)."""
+        return convert.statfs_from_pb(self._call(self._rpc.stat_fs, pb.StatFsRequest(ino=ino or 0)))
 
-    def release_orphan(self, ino: int) -> None:
+    def release_orphan(self, ino: InodeId) -> None:
         self._call(self._rpc.release_orphan, pb.InodeRequest(ino=ino))
 
     # -- directory leases (master/leases.py) ----------------------------------------------------
-    def acquire_dir_lease(self, ino: int) -> DirLease:
+    def acquire_dir_lease(self, ino: InodeId) -> DirLease:
         return convert.dir_lease_from_pb(self._call(self._rpc.acquire_dir_lease, pb.InodeRequest(ino=ino)))
 
-    def renew_dir_leases(self, dirs: list[int], mount: MountInfo | None = None) -> LeaseRenewal:
+    def renew_dir_leases(self, dirs: Sequence[InodeId], mount: MountInfo | None = None) -> LeaseRenewal:
         """Also the session's heartbeat; a mount describes itself with `mount` (listed in Report)."""
         request = pb.DirLeasesRequest(dirs=dirs, mount=convert.mount_pb(mount) if mount is not None else None)
         return convert.renewal_from_pb(self._call(self._rpc.renew_dir_leases, request))
 
-    def release_dir_leases(self, dirs: list[int]) -> None:
+    def release_dir_leases(self, dirs: Sequence[InodeId]) -> None:
         self._call(self._rpc.release_dir_leases, pb.DirLeasesRequest(dirs=dirs))
 
     # -- file data ---------------------------------------------------------------------------
-    def get_blocks(self, ino: int) -> FileBlocks:
+    def get_blocks(self, ino: InodeId) -> FileBlocks:
         return convert.file_blocks_from_pb(self._call(self._rpc.get_blocks, pb.InodeRequest(ino=ino)))
 
-    def add_block(self, ino: int, index: int, client_node: str = "") -> AddedBlock:
+    def add_block(self, ino: InodeId, index: int, client_node: str = "") -> AddedBlock:
         request = pb.AddBlockRequest(ino=ino, index=index, client_node=client_node)
         return convert.added_block_from_pb(self._call(self._rpc.add_block, request))
 
-    def commit(self, ino: int, size: int, blocks: list[BlockInfo], set_mtime: bool = True) -> Attr:
+    def commit(self, ino: InodeId, size: int, blocks: list[BlockInfo], set_mtime: bool = True) -> Attr:
         request = pb.CommitFileRequest(ino=ino, size=size, blocks=[convert.block_pb(b) for b in blocks],
                                        set_mtime=set_mtime)
         return convert.attr_from_pb(self._call(self._rpc.commit_file, request).attr)
 
-    def abandon_blocks(self, ino: int, block_ids: list[int]) -> None:
+    def abandon_blocks(self, ino: InodeId, block_ids: Sequence[BlockId]) -> None:
         """Frees blocks this writer allocated for `ino` and will never commit (ids that are not
         open blocks of `ino` are ignored, so a retry is harmless)."""
         self._call(self._rpc.abandon_blocks, pb.AbandonBlocksRequest(ino=ino, block_ids=block_ids))

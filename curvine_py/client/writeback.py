@@ -13,7 +13,7 @@ from concurrent.futures import Future
 
 from curvine_py.client.blockio import BlockStore
 from curvine_py.client.buffers import zero
-from curvine_py.core.domain import Attr, BlockInfo
+from curvine_py.core.domain import Attr, BlockId, BlockInfo, InodeId
 from curvine_py.core.errors import CurvineError
 
 MAX_CLEAN_BYTES = 32 << 20   # per open file: written blocks kept for re-reads and rewrites
@@ -33,14 +33,14 @@ class CleanBlock:
     so reads and the next copy-on-write take them from here instead of from a worker."""
     __slots__ = ("block_id", "buffer", "length")
 
-    def __init__(self, block_id: int, buffer: memoryview, length: int) -> None:
+    def __init__(self, block_id: BlockId, buffer: memoryview, length: int) -> None:
         self.block_id = block_id
         self.buffer = buffer      # block_size bytes; zero beyond `length`
         self.length = length
 
 
 class WriteBack:
-    def __init__(self, store: BlockStore, ino: int, node: str, blocks: dict[int, BlockInfo],
+    def __init__(self, store: BlockStore, ino: InodeId, node: str, blocks: dict[int, BlockInfo],
                  block_size: int, committed_size: int, *, write_behind: bool) -> None:
         self._store = store
         self._ino = ino

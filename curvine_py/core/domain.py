@@ -4,12 +4,22 @@ library and the mount work with, what rpc/convert.py turns into protobuf and bac
 Frozen slotted dataclasses; no I/O and no generated code here. Enum values equal the protobuf
 enum numbers (common.proto), so a conversion is a plain int cast. Cluster-wide values (workers,
 membership, reports, fsck) are in core/cluster.py.
+
+Ids are NewTypes of int: free at run time, but mypy --strict rejects an inode number passed where a
+block id is wanted, and a bare int where either is (tests/unit/test_id_types.py). A plain int
+becomes an id only where it enters from outside: rpc/convert.py (the wire), the mount's kernel
+boundary (fuse/attrs.py InodeMap: pyfuse3's inode numbers are plain ints), the master's store (its
+rows).
 """
 from __future__ import annotations
 
 import enum
 import stat
 from dataclasses import dataclass
+from typing import NewType
+
+InodeId = NewType("InodeId", int)       # an inode number (the root is core.posix.ROOT_INO)
+BlockId = NewType("BlockId", int)       # a block's cluster-wide id, allocated by the master
 
 XATTR_CREATE = 1             # setxattr(2) flags; the same values travel on the wire
 XATTR_REPLACE = 2
@@ -56,7 +66,7 @@ TYPE_NAMES = {FileType.REGULAR: "file", FileType.DIRECTORY: "dir", FileType.SYML
 
 @dataclass(frozen=True, slots=True)
 class Attr:
-    ino: int
+    ino: InodeId
     type: FileType
     mode: int            # permission bits incl. setuid/setgid/sticky, no S_IFMT
     uid: int
@@ -81,7 +91,7 @@ class Attr:
         return S_IFMT_OF.get(self.type, 0) | (self.mode & 0o7777)
 
 
-def blank_attr(ino: int, type: FileType = FileType.UNSPECIFIED) -> Attr:
+def blank_attr(ino: InodeId, type: FileType = FileType.UNSPECIFIED) -> Attr:
     """Attributes known by inode number only (the open of an inode the kernel names: the block map
     fetched next brings the rest)."""
     return Attr(ino=ino, type=type, mode=0, uid=0, gid=0, size=0, nlink=0, atime_ns=0, mtime_ns=0, ctime_ns=0)
@@ -107,7 +117,7 @@ class NewNode:
     caller. `exclusive` False: an existing regular file is returned (O_CREAT without O_EXCL), with
     `truncate` emptied (O_TRUNC)."""
 
-    parent: int
+    parent: InodeId
     name: str
     type: FileType
     mode: int
@@ -143,7 +153,7 @@ class BlockInfo:
     """Where one block of a file is: its position, id, length, digest and the workers holding it."""
 
     index: int
-    block_id: int
+    block_id: BlockId
     length: int
     checksum: int = 0    # 0 = unknown (e.g. shortened by a truncate)
     worker_ids: tuple[str, ...] = ()
@@ -163,7 +173,7 @@ class FileBlocks:
 class AddedBlock:
     """A block allocated for a writer: write it to every worker listed."""
 
-    block_id: int
+    block_id: BlockId
     worker_ids: tuple[str, ...]
     storage_class: StorageClass
     ttl_ms: int
@@ -172,13 +182,13 @@ class AddedBlock:
 
 @dataclass(frozen=True, slots=True)
 class UnlinkResult:
-    ino: int
+    ino: InodeId
     nlink: int
 
 
 @dataclass(frozen=True, slots=True)
 class RenameResult:
-    replaced_ino: int = 0
+    replaced_ino: InodeId = InodeId(0)
     replaced_nlink: int = 0
 
 
@@ -197,7 +207,7 @@ class QuotaInfo:
     """A directory's quota (0 = unlimited) and the usage of its subtree: every name in it counts one
     inode, and a regular file's size in bytes (a file with two names in the subtree counts twice)."""
 
-    ino: int
+    ino: InodeId
     path: str
     max_bytes: int
     max_inodes: int
@@ -223,6 +233,6 @@ class DirLease:
 class LeaseRenewal:
     """A RenewDirLeases answer: the directories still leased, the term, the session's timeout."""
 
-    kept: tuple[int, ...]
+    kept: tuple[InodeId, ...]
     term_ms: int
     session_timeout_ms: int

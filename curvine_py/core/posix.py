@@ -9,9 +9,10 @@ from __future__ import annotations
 import stat
 from dataclasses import dataclass
 
+from curvine_py.core.domain import InodeId
 from curvine_py.core.errors import InvalidArgument
 
-ROOT_INO = 1                 # the root directory's inode number, everywhere (FUSE's too)
+ROOT_INO = InodeId(1)               # the root directory's inode number, everywhere (FUSE's too)
 RENAME_NOREPLACE = 1         # renameat2(2) flags; the same values travel on the wire (master.proto)
 RENAME_EXCHANGE = 2
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pyfuse3
 
-from curvine_py.core.domain import Attr, FileType
+from curvine_py.core.domain import Attr, FileType, InodeId
 
 FUSE_ROOT = int(pyfuse3.ROOT_INODE)
 BLKSIZE = 1 << 20   # st_blksize: tools size their buffers by it; 1 MiB is the largest FUSE request
@@ -18,10 +18,11 @@ BLKSIZE = 1 << 20   # st_blksize: tools size their buffers by it; 1 MiB is the l
 
 @dataclass(frozen=True, slots=True)
 class InodeMap:
-    root: int   # master inode of the mounted directory
+    root: InodeId   # master inode of the mounted directory
 
-    def to_master(self, ino: int) -> int:
-        return self.root if ino == FUSE_ROOT else ino
+    def to_master(self, ino: int) -> InodeId:
+        """The kernel's inode number (pyfuse3's, a plain int) as the master's: the one place it becomes an id."""
+        return self.root if ino == FUSE_ROOT else InodeId(ino)
 
     def to_fuse(self, ino: int) -> int:
         if ino == self.root:

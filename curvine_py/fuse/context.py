@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from curvine_py.client import CurvineClient
-from curvine_py.core.domain import Attr, FileType, NewNode, blank_attr
+from curvine_py.core.domain import Attr, FileType, InodeId, NewNode, blank_attr
 from curvine_py.core.errors import CurvineError, NotFound
 from curvine_py.fuse.coalesce import Coalescer
 from curvine_py.fuse.leases import DirLeaseTable
@@ -61,7 +61,7 @@ class MountContext:
         self.client = client
         self.master = client.master
         self.offload = offload
-        self.root = root
+        self.root = InodeId(root)   # a plain number from the composition root (fuse/main.py)
         self.node = node
         self.read_only = read_only
         self.handles = Handles()
@@ -158,7 +158,7 @@ class MountContext:
         attr: Attr = await self.icall(self.master.getattr, ino)
         return attr
 
-    def directory_removed(self, ino: int) -> None:
+    def directory_removed(self, ino: InodeId) -> None:
         """`ino`, a directory, lost its name here: remembered while a handle of it is open."""
         opened = [h for h in self.handles.dirs.values() if h.ino == ino]
         if not opened:

@@ -29,7 +29,7 @@ class Filesystem:
         self.ctx = MountContext(client, offload, root=root, node=node, read_only=read_only,
                                 attr_ttl=attr_ttl, names_ttl=names_ttl, dir_leases=dir_leases,
                                 cache_versions=cache_versions)
-        self.root = root
+        self.root = self.ctx.root
         self.session = SessionTask(self.ctx)
         self.nodes = Nodes(self.ctx, self.session)
         self.atime = AtimeUpdates(self.ctx, atime)

@@ -17,6 +17,7 @@ from curvine_py.core.domain import (
     Attr,
     DirEntry,
     FileType,
+    InodeId,
     NewNode,
     RenameResult,
     UnlinkResult,
@@ -42,10 +43,10 @@ class Nodes:
         self.session = session
 
     # -- lookup ------------------------------------------------------------------------------
-    async def lookup(self, parent: int, name: str) -> Attr:
+    async def lookup(self, parent: InodeId, name: str) -> Attr:
         return (await self.lookup_aged(parent, name))[0]
 
-    async def lookup_aged(self, parent: int, name: str) -> tuple[Attr, float]:
+    async def lookup_aged(self, parent: InodeId, name: str) -> tuple[Attr, float]:
         """The name's attributes and their age in seconds: 0 from the master, more when answered
         from a hot directory's names (fuse/names.py; the kernel's timeouts are shortened by it)."""
         ctx = self.ctx
@@ -74,7 +75,7 @@ class Nodes:
                 await self.session.acquire_lease(parent)
             raise
 
-    def _lookup_and_page(self, parent: int, name: str) -> tuple[Attr, Sequence[DirEntry]]:
+    def _lookup_and_page(self, parent: InodeId, name: str) -> tuple[Attr, Sequence[DirEntry]]:
         """In one thread hop: the lookup, then the names after it (best effort: a failed page
         costs nothing but the prefetch)."""
         master = self.ctx.master
@@ -86,12 +87,12 @@ class Nodes:
             page = ()
         return attr, page
 
-    async def readlink(self, ino: int) -> str:
+    async def readlink(self, ino: InodeId) -> str:
         target: str = await self.ctx.icall(self.ctx.master.readlink, ino)
         return target
 
     # -- names added ---------------------------------------------------------------------------
-    async def make(self, parent: int, name: str, kind: FileType, mode: int, uid: int, gid: int, *,
+    async def make(self, parent: InodeId, name: str, kind: FileType, mode: int, uid: int, gid: int, *,
                    rdev: int = 0, target: str = "") -> Attr:
         """mkdir, mknod, symlink: always exclusive."""
         ctx = self.ctx
@@ -104,7 +105,7 @@ class Nodes:
             ctx.touch(parent)
         return ctx.note(attr)
 
-    async def link(self, ino: int, new_parent: int, new_name: str) -> Attr:
+    async def link(self, ino: InodeId, new_parent: InodeId, new_name: str) -> Attr:
         ctx = self.ctx
         ctx.writable()
         attr: Attr = await self.session.adding_name(new_parent, new_name,
@@ -113,7 +114,7 @@ class Nodes:
         return ctx.note(attr)
 
     # -- names removed -------------------------------------------------------------------------
-    async def unlink(self, parent: int, name: str) -> None:
+    async def unlink(self, parent: InodeId, name: str) -> None:
         ctx = self.ctx
         ctx.writable()
         # Ask for an orphan only when something is open here: the common case stays one call.
@@ -123,10 +124,10 @@ class Nodes:
         ctx.touch(parent)
         await self._unlinked(reply.ino, reply.nlink, kept=keep)
 
-    def master_unlink(self, parent: int, name: str, directory: bool, keep: bool) -> UnlinkResult:
+    def master_unlink(self, parent: InodeId, name: str, directory: bool, keep: bool) -> UnlinkResult:
         return self.ctx.master.unlink(parent, name, directory=directory, keep_orphan=keep)
 
-    async def _unlinked(self, ino: int, nlink: int, *, kept: bool) -> None:
+    async def _unlinked(self, ino: InodeId, nlink: int, *, kept: bool) -> None:
         if nlink > 0 or not ino:
             return
         opened = self.ctx.handles.open_files.get(ino)
@@ -140,7 +141,7 @@ class Nodes:
             except CurvineError as exc:
                 log.warning("could not release orphan inode %d: %s", ino, exc)
 
-    async def rmdir(self, parent: int, name: str) -> None:
+    async def rmdir(self, parent: InodeId, name: str) -> None:
         ctx = self.ctx
         ctx.writable()
         reply: UnlinkResult = await ctx.call(self.master_unlink, parent, name, True, False)
@@ -149,7 +150,7 @@ class Nodes:
         ctx.leases.lost(reply.ino)     # nothing to answer for in a removed directory: stop renewing
         ctx.directory_removed(reply.ino)
 
-    async def rename(self, parent: int, name: str, new_parent: int, new_name: str, flags: int) -> None:
+    async def rename(self, parent: InodeId, name: str, new_parent: InodeId, new_name: str, flags: int) -> None:
         ctx = self.ctx
         ctx.writable()
         check_rename_flags(flags)      # before the round trip: the master says the same
@@ -165,6 +166,6 @@ class Nodes:
             ctx.directory_removed(reply.replaced_ino)     # a no-op unless it is a directory open here
         await self._unlinked(reply.replaced_ino, reply.replaced_nlink, kept=keep)
 
-    def master_rename(self, parent: int, name: str, new_parent: int, new_name: str, flags: int,
+    def master_rename(self, parent: InodeId, name: str, new_parent: InodeId, new_name: str, flags: int,
                       keep: bool) -> RenameResult:
         return self.ctx.master.rename(parent, name, new_parent, new_name, flags, keep_orphan=keep)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import pyfuse3
 import trio
 
-from curvine_py.core.domain import Attr, FileType
+from curvine_py.core.domain import Attr, FileType, InodeId
 from curvine_py.core.errors import CurvineError, NotFound
 from curvine_py.core.posix import SetAttrChanges
 from curvine_py.fuse.attrs import InodeMap, Timeouts, entry_attributes, negative_entry
@@ -84,7 +84,7 @@ class Operations(pyfuse3.Operations):
             log.debug("invalidating the attributes of %d: %s", inode, exc)
 
     # -- helpers -----------------------------------------------------------------------------
-    def _m(self, ino: int) -> int:
+    def _m(self, ino: int) -> InodeId:
         return self.inodes.to_master(ino)
 
     def _entry(self, attr: Attr) -> pyfuse3.EntryAttributes:

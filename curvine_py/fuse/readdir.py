@@ -7,7 +7,7 @@ import errno
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from curvine_py.core.domain import Attr, DirEntry, DirPage
+from curvine_py.core.domain import Attr, DirEntry, DirPage, InodeId
 from curvine_py.core.errors import CurvineError, InvalidArgument
 from curvine_py.fuse.context import MountContext
 from curvine_py.fuse.nodes import Nodes
@@ -29,7 +29,7 @@ class Directories:
         self.ctx = ctx
         self.nodes = nodes
 
-    async def opendir(self, ino: int) -> DirHandle:
+    async def opendir(self, ino: InodeId) -> DirHandle:
         # Its attributes (usually cached: the kernel just looked it up), shown if it is removed
         # while open (context.directory_removed).
         attr = await self.ctx.getattr(ino)

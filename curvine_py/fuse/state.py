@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from curvine_py.client.files import CurvineFile
-from curvine_py.core.domain import Attr, DirEntry
+from curvine_py.core.domain import Attr, DirEntry, InodeId
 from curvine_py.fuse.names import NameCache
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class DirHandle:
     """A directory listing in progress. Offsets handed to the kernel map to the entry name they
     follow, so a resumed listing continues after that name even if entries came or went."""
     fh: int
-    ino: int
+    ino: InodeId
     names: dict[int, str] = field(default_factory=dict)    # offset -> name of the entry at it
     next_offset: int = 3                                    # 1 and 2 are "." and ".."
     page_after: str | None = None                           # the cached page of the master listing

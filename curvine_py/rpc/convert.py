@@ -12,6 +12,7 @@ FileType.UNSPECIFIED, which the mount shows without type bits, as before.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
@@ -33,12 +34,14 @@ from curvine_py.core.cluster import (
 from curvine_py.core.domain import (
     AddedBlock,
     Attr,
+    BlockId,
     BlockInfo,
     DirEntry,
     DirLease,
     DirPage,
     FileBlocks,
     FileType,
+    InodeId,
     LeaseRenewal,
     NewNode,
     Policy,
@@ -70,7 +73,7 @@ def attr_pb(a: Attr) -> cpb.Attr:
 def attr_from_pb(a: cpb.Attr) -> Attr:
     t = a.type
     kind = _FILE_TYPES[t] if 0 <= t < len(_FILE_TYPES) else FileType.UNSPECIFIED
-    return Attr(a.ino, kind, a.mode, a.uid, a.gid, a.size, a.nlink, a.atime_ns, a.mtime_ns, a.ctime_ns,
+    return Attr(InodeId(a.ino), kind, a.mode, a.uid, a.gid, a.size, a.nlink, a.atime_ns, a.mtime_ns, a.ctime_ns,
                 a.rdev, a.generation, a.block_size, a.stored_bytes)
 
 
@@ -116,7 +119,7 @@ def new_node_pb(n: NewNode) -> mpb.CreateRequest:
 def new_node_from_pb(r: mpb.CreateRequest) -> NewNode:
     t = r.type
     kind = _FILE_TYPES[t] if 0 <= t < len(_FILE_TYPES) else FileType.UNSPECIFIED
-    return NewNode(parent=r.parent, name=r.name, type=kind, mode=r.mode, uid=r.caller.uid, gid=r.caller.gid,
+    return NewNode(parent=InodeId(r.parent), name=r.name, type=kind, mode=r.mode, uid=r.caller.uid, gid=r.caller.gid,
                    rdev=r.rdev, target=r.symlink_target, exclusive=r.exclusive, truncate=r.truncate)
 
 
@@ -135,7 +138,7 @@ def create_result_from_pb(r: mpb.CreateResult) -> Attr | CurvineError:
 _SETATTR_OPTIONAL = ("mode", "uid", "gid", "size", "atime_ns", "mtime_ns", "ctime_ns")
 
 
-def setattr_pb(ino: int, c: SetAttrChanges) -> mpb.SetAttrRequest:
+def setattr_pb(ino: InodeId, c: SetAttrChanges) -> mpb.SetAttrRequest:
     """Only the fields to change are set (proto3 `optional`: presence is what the master reads)."""
     return mpb.SetAttrRequest(ino=ino, atime_now=c.atime_now, mtime_now=c.mtime_now,
                               **{name: value for name in _SETATTR_OPTIONAL
@@ -152,7 +155,7 @@ def unlink_reply(r: UnlinkResult) -> mpb.UnlinkReply:
 
 
 def unlink_from_pb(r: mpb.UnlinkReply) -> UnlinkResult:
-    return UnlinkResult(ino=r.ino, nlink=r.nlink)
+    return UnlinkResult(ino=InodeId(r.ino), nlink=r.nlink)
 
 
 def rename_reply(r: RenameResult) -> mpb.RenameReply:
@@ -160,7 +163,7 @@ def rename_reply(r: RenameResult) -> mpb.RenameReply:
 
 
 def rename_from_pb(r: mpb.RenameReply) -> RenameResult:
-    return RenameResult(replaced_ino=r.replaced_ino, replaced_nlink=r.replaced_nlink)
+    return RenameResult(replaced_ino=InodeId(r.replaced_ino), replaced_nlink=r.replaced_nlink)
 
 
 def readdir_reply(entries: list[DirEntry], more: bool) -> mpb.ReadDirReply:
@@ -187,7 +190,7 @@ def quota_pb(q: QuotaInfo) -> mpb.Quota:
 
 
 def quota_from_pb(q: mpb.Quota) -> QuotaInfo:
-    return QuotaInfo(ino=q.ino, path=q.path, max_bytes=q.max_bytes, max_inodes=q.max_inodes,
+    return QuotaInfo(ino=InodeId(q.ino), path=q.path, max_bytes=q.max_bytes, max_inodes=q.max_inodes,
                      used_bytes=q.used_bytes, used_inodes=q.used_inodes)
 
 
@@ -202,12 +205,12 @@ def dir_lease_from_pb(r: mpb.DirLeaseReply) -> DirLease:
     return DirLease(granted=r.granted, term_ms=r.term_ms, names=tuple(r.names))
 
 
-def dir_leases_reply(kept: list[int], term_ms: int, session_timeout_ms: int) -> mpb.DirLeasesReply:
+def dir_leases_reply(kept: Sequence[int], term_ms: int, session_timeout_ms: int) -> mpb.DirLeasesReply:
     return mpb.DirLeasesReply(kept=kept, term_ms=term_ms, session_timeout_ms=session_timeout_ms)
 
 
 def renewal_from_pb(r: mpb.DirLeasesReply) -> LeaseRenewal:
-    return LeaseRenewal(kept=tuple(r.kept), term_ms=r.term_ms, session_timeout_ms=r.session_timeout_ms)
+    return LeaseRenewal(kept=tuple([InodeId(ino) for ino in r.kept]), term_ms=r.term_ms, session_timeout_ms=r.session_timeout_ms)
 
 
 # -- file data ------------------------------------------------------------------------------
@@ -218,7 +221,7 @@ def block_pb(b: BlockInfo) -> mpb.BlockInfo:
 
 
 def block_from_pb(b: mpb.BlockInfo) -> BlockInfo:
-    return BlockInfo(b.index, b.block_id, b.length, b.checksum, tuple(b.worker_ids))
+    return BlockInfo(b.index, BlockId(b.block_id), b.length, b.checksum, tuple(b.worker_ids))
 
 
 def blocks_reply(fb: FileBlocks) -> mpb.BlocksReply:
@@ -236,7 +239,7 @@ def added_block_reply(a: AddedBlock) -> mpb.AddBlockReply:
 
 
 def added_block_from_pb(r: mpb.AddBlockReply) -> AddedBlock:
-    return AddedBlock(block_id=r.block_id, worker_ids=tuple(r.worker_ids),
+    return AddedBlock(block_id=BlockId(r.block_id), worker_ids=tuple(r.worker_ids),
                       storage_class=storage_class_from_pb(r.storage_class), ttl_ms=r.ttl_ms, block_size=r.block_size)
 
 
