@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from curvine_py.client.buffers import aligned, zero
@@ -27,7 +27,7 @@ from curvine_py.client.membership import MembershipCache, View
 from curvine_py.client.suspects import Suspects
 from curvine_py.client.workerio import WorkerIO
 from curvine_py.core import frames, layout
-from curvine_py.core.domain import AddedBlock, BlockInfo
+from curvine_py.core.domain import AddedBlock, BlockId, BlockInfo, InodeId
 from curvine_py.core.errors import (
     Corrupt,
     CurvineError,
@@ -95,7 +95,7 @@ class BlockStore:
             if len(free) < SPARE_BLOCK_BUFFERS:
                 free.append((buffer, min(used, len(buffer))))
 
-    def upload(self, ino: int, index: int, data: memoryview, node: str) -> Future[BlockInfo]:
+    def upload(self, ino: InodeId, index: int, data: memoryview, node: str) -> Future[BlockInfo]:
         """`write` in the background (write-behind of full blocks)."""
         with self._ahead_lock:
             if self._behind is None:
@@ -150,7 +150,7 @@ class BlockStore:
         late = [w for w in block.worker_ids if w not in view.workers and view.address(w) is not None]
         return self.suspects.order(live, str) + self.suspects.order(late, str)
 
-    def write(self, ino: int, index: int, data: memoryview, node: str) -> BlockInfo:
+    def write(self, ino: InodeId, index: int, data: memoryview, node: str) -> BlockInfo:
         """Allocates a block and writes it to all its workers in parallel (client fan-out, as
         Curvine); succeeds when at least one acknowledged (see the module docstring), with the
         block's workers being the ones that did.
@@ -216,7 +216,7 @@ class BlockStore:
         view = self.membership.refresh()
         return all(w not in view.workers for w, _ in failed)
 
-    def abandon(self, ino: int, block_ids: list[int]) -> None:
+    def abandon(self, ino: InodeId, block_ids: Sequence[BlockId]) -> None:
         """Frees blocks allocated for `ino` that will never be committed. Best effort: if the
         master cannot be told now, its open-block expiry frees them later (and the per-index bound
         keeps a rewriting writer from piling them up meanwhile)."""

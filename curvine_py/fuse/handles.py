@@ -40,6 +40,7 @@ from curvine_py.core.domain import (
     BlockInfo,
     FileBlocks,
     FileType,
+    InodeId,
     NewNode,
     Policy,
     UnlinkResult,
@@ -85,7 +86,7 @@ class Files:
         self.drop_capability: Callable[[int], Awaitable[None]] | None = None
 
     # -- opening -----------------------------------------------------------------------------
-    async def create(self, parent: int, name: str, mode: int, flags: int, uid: int,
+    async def create(self, parent: InodeId, name: str, mode: int, flags: int, uid: int,
                      gid: int) -> tuple[FileHandle, Attr]:
         ctx = self.ctx
         ctx.writable()
@@ -112,7 +113,7 @@ class Files:
             handle.open.created_as = (parent, name)
         return handle, attr
 
-    async def open(self, ino: int, flags: int, uid: int) -> FileHandle:
+    async def open(self, ino: InodeId, flags: int, uid: int) -> FileHandle:
         ctx = self.ctx
         accmode = flags & os.O_ACCMODE
         if accmode != os.O_RDONLY or flags & os.O_TRUNC:
@@ -332,7 +333,7 @@ class Files:
         if reply.nlink == 0:
             opened.unlinked = True    # still open here: its last release frees the orphan
 
-    def _unlink_kept(self, parent: int, name: str) -> UnlinkResult:
+    def _unlink_kept(self, parent: InodeId, name: str) -> UnlinkResult:
         return self.ctx.master.unlink(parent, name, directory=False, keep_orphan=True)
 
     async def fsync(self, fh: int) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from curvine_py.core.domain import BlockId
 from curvine_py.core.errors import (
     InvalidArgument,
     Unavailable,
@@ -73,7 +74,7 @@ class Blocks(Policies, Quotas):
             # CAST: meta.value is untyped on SQLite and TEXT on PostgreSQL.
             row = self._db.execute("UPDATE meta SET value = CAST(value AS BIGINT) + 1 WHERE key='next_block_id' "
                                    "RETURNING CAST(value AS BIGINT) - 1").fetchone()
-            block_id = int(row[0])
+            block_id = BlockId(int(row[0]))
             workers = placement.choose_workers(block_id, live, count, policy.placement, client_node)
             self._db.execute("INSERT INTO open_blocks (block_id, ino, idx, workers, created_ms) "
                              "VALUES (?, ?, ?, ?, ?)",

@@ -7,6 +7,7 @@ import errno
 from collections import deque
 from collections.abc import Sequence
 
+from curvine_py.core.domain import InodeId
 from curvine_py.core.errors import (
     CurvineError,
     InvalidArgument,
@@ -33,7 +34,7 @@ _ATTR_COLS_I = ", ".join("i." + c.strip() for c in _ATTR_COLS.split(","))   # jo
 
 
 def _attr(row: Sequence[int]) -> Attr:
-    return Attr(ino=row[0], type=FileType(row[1]), mode=row[2], uid=row[3], gid=row[4], size=row[5],
+    return Attr(ino=InodeId(row[0]), type=FileType(row[1]), mode=row[2], uid=row[3], gid=row[4], size=row[5],
                 nlink=row[6], atime_ns=row[7], mtime_ns=row[8], ctime_ns=row[9], rdev=row[10],
                 generation=row[11], block_size=row[12], stored_bytes=row[13])
 

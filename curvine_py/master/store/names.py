@@ -4,6 +4,7 @@ link, unlink, rename with RENAME_NOREPLACE/EXCHANGE, orphans released by their k
 from __future__ import annotations
 
 from curvine_py.core import posix
+from curvine_py.core.domain import InodeId
 from curvine_py.core.errors import (
     AlreadyExists,
     DirectoryNotEmpty,
@@ -244,7 +245,7 @@ class Names(Policies, Quotas):
                 self._add_nlink(parent, -1)
                 self._touch_dir(parent, now)
                 self._free_inode(ino)
-                return UnlinkResult(ino, 0)
+                return UnlinkResult(InodeId(ino), 0)
             if kind == FileType.DIRECTORY:
                 raise IsADirectory(f"{name!r} is a directory")
             self._db.execute("DELETE FROM dentries WHERE parent=? AND name=?", (parent, name))
@@ -253,7 +254,7 @@ class Names(Policies, Quotas):
             nlink = max(0, int(row[0]))
             self._touch_dir(parent, now)
             self._unlinked_from(ino, nlink, keep_orphan, keeper)
-            return UnlinkResult(ino, nlink)
+            return UnlinkResult(InodeId(ino), nlink)
 
     def release_orphan(self, ino: int) -> None:
         """The last open handle of an unlinked file closed on the client that kept it: free it (after
@@ -319,13 +320,13 @@ class Names(Policies, Quotas):
                         raise DirectoryNotEmpty(f"{new_name!r} is not empty")
                     self._add_nlink(new_parent, -1)
                     self._free_inode(dst)
-                    result = RenameResult(dst, 0)
+                    result = RenameResult(InodeId(dst), 0)
                 else:
                     row = self._db.execute("UPDATE inodes SET nlink = nlink - 1, ctime_ns=? WHERE ino=? "
                                            "RETURNING nlink", (now, dst)).fetchone()
                     nlink = max(0, int(row[0]))
                     self._unlinked_from(dst, nlink, keep_orphan, keeper)
-                    result = RenameResult(dst, nlink)
+                    result = RenameResult(InodeId(dst), nlink)
             self._db.execute("DELETE FROM dentries WHERE parent=? AND name=?", (parent, name))
             self._db.execute("INSERT INTO dentries (parent, name, ino) VALUES (?, ?, ?)",
                              (new_parent, new_name, src))

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
+from curvine_py.core.domain import InodeId
 from curvine_py.core.errors import (
     AlreadyExists,
     CurvineError,
@@ -183,7 +184,7 @@ def unlink(store: Names, parent: int, name: str, directory: bool, keep_orphan: b
 def _unlinked(row: tuple[Any, ...], parent: int, name: str) -> UnlinkResult:
     status, ino, nlink = row
     if status == 0:
-        return UnlinkResult(int(ino), int(nlink))
+        return UnlinkResult(InodeId(ino), int(nlink))
     if status == 1:
         raise NotFound(f"no inode {parent}")
     if status == 2:
@@ -213,7 +214,7 @@ def rename(store: Names, parent: int, name: str, new_parent: int, new_name: str,
         (parent, name, new_parent, new_name, bool(flags & RENAME_NOREPLACE), keep_orphan, keeper, store._now(),
          store.unlink_grace_ns > 0))
     if status == 0:
-        return RenameResult(int(ino), int(nlink))
+        return RenameResult(InodeId(ino), int(nlink))
     if status == SLOW:
         return None
     errors: dict[int, Callable[[], CurvineError]] = {

@@ -41,7 +41,7 @@ class Policies(Inodes):
         """The policy in force in directory `dir_ino`: the nearest ancestor's policy; a class left
         UNSPECIFIED there comes from further up. Returns (resolved policy, defining inode)."""
         found: Policy | None = None
-        where = ROOT_INO
+        where: int = ROOT_INO
         current = dir_ino
         storage_class = StorageClass.UNSPECIFIED
         # The directories up to the root in one statement (one round trip on PostgreSQL, whatever

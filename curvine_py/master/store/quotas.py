@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from curvine_py.core.domain import InodeId
 from curvine_py.core.errors import InvalidArgument, QuotaExceeded
 from curvine_py.master.store.db import MAX_ID
 from curvine_py.master.store.inodes import Inodes
@@ -172,11 +173,11 @@ class Quotas(Inodes):
         path = self._path_of(ino) or "/"
         if row is None:
             used_bytes, used_inodes = self._usage_below(ino)
-            return QuotaInfo(ino, path, 0, 0, used_bytes, used_inodes)
-        return QuotaInfo(ino, path, int(row[1]), int(row[2]), int(row[3]), int(row[4]))
+            return QuotaInfo(InodeId(ino), path, 0, 0, used_bytes, used_inodes)
+        return QuotaInfo(InodeId(ino), path, int(row[1]), int(row[2]), int(row[3]), int(row[4]))
 
     def list_quotas(self) -> list[QuotaInfo]:
-        return [QuotaInfo(int(r[0]), self._path_of(int(r[0])) or "/", int(r[1]), int(r[2]), int(r[3]), int(r[4]))
+        return [QuotaInfo(InodeId(r[0]), self._path_of(int(r[0])) or "/", int(r[1]), int(r[2]), int(r[3]), int(r[4]))
                 for r in self._db.execute(f"SELECT {_QUOTA_COLS} FROM quotas ORDER BY ino").fetchall()]
 
     def nearest_quota(self, ino: int) -> QuotaInfo | None:
