@@ -13,8 +13,8 @@ import trio
 
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
 from curvine_py.fuse.prefetch import ChunkRuns
+from tests.fuse.blockreads import evict, flip_byte, stored_file, write_blob
 from tests.fuse.mounts import Mount
-from tests.fuse.test_local_reads import evict, flip_byte, stored_file
 from tests.harness import Cluster, random_bytes
 
 MiB = 1 << 20
@@ -22,12 +22,8 @@ MiB = 1 << 20
 
 def test_one_request_serves_a_run_and_a_bad_chunk_fails_it_all(tmp_path: pathlib.Path) -> None:
     with Cluster(tmp_path / "cluster", workers=1) as cluster:
-        client = cluster.client()
-        data = random_bytes(6 * MiB + 5000, seed=31)
-        with client.fs.open("/blob", "wb") as fh:
-            fh.write(data)
-        block = client.master.get_blocks(client.fs.stat("/blob").ino).blocks[0]
-        view = client.blocks.membership.view()
+        blob = write_blob(cluster, 6 * MiB + 5000, seed=31)
+        data, block, view = blob.data, blob.block, blob.view
         reader = TrioBlockReader(token=cluster.token, timeout_s=5.0, max_payload=256 * MiB)
         runs = ChunkRuns(reader, chunks=4, budget=8 * MiB)
 

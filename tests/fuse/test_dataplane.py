@@ -8,28 +8,18 @@ import pytest
 import trio
 
 from curvine_py.client.buffers import aligned
-from curvine_py.core.rules import verifiable_range
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
-from tests.harness import Cluster, random_bytes
+from tests.fuse.blockreads import range_reader, write_blob
+from tests.harness import Cluster
 
 MiB = 1 << 20
 
 
 def test_trio_reader_reads_verified_chunks_and_misses_cleanly(cluster: Cluster) -> None:
-    client = cluster.client()
-    data = random_bytes(3 * MiB + 5000, seed=11)
-    with client.fs.open("/blob", "wb") as fh:
-        fh.write(data)
-    blocks = client.master.get_blocks(client.fs.stat("/blob").ino).blocks
-    block = blocks[0]
-    view = client.blocks.membership.view()
+    blob = write_blob(cluster, 3 * MiB + 5000, seed=11)
+    data, block, view = blob.data, blob.block, blob.view
     reader = TrioBlockReader(token=cluster.token, timeout_s=5.0, max_payload=256 * MiB)
-
-    async def read(offset: int, length: int) -> bytes:
-        span = verifiable_range(block.length, block.checksum != 0, offset, length)
-        out = aligned(max(span.length, 1))
-        got = await reader.read(view, block, span.offset, span.length, out, span.minimum)
-        return bytes(got[span.skip:span.skip + length])
+    read = range_reader(reader, view, block)
 
     async def scenario() -> None:
         assert await read(0, MiB) == data[:MiB]

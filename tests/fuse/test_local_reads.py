@@ -14,55 +14,21 @@ import pytest
 import trio
 
 from curvine_py.client.buffers import aligned
-from curvine_py.core import layout
-from curvine_py.core.rules import verifiable_range
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
+from tests.fuse.blockreads import evict, flip_byte, range_reader, stored_file, write_blob
 from tests.fuse.mounts import Mount
 from tests.harness import Cluster, random_bytes
 
 MiB = 1 << 20
 
 
-def stored_file(cluster: Cluster, index: int, block_id: int) -> pathlib.Path:
-    name = layout.block_file_name(block_id)
-    return cluster.worker_dir(index) / "blocks" / layout.shard_dir(name) / name
-
-
-def flip_byte(path: pathlib.Path, payload_length: int, payload_offset: int) -> None:
-    """Flips one payload byte in place (the same inode: an open descriptor sees it too)."""
-    header = path.stat().st_size - payload_length     # the payload is at the file's end
-    with open(path, "r+b") as fh:
-        fh.seek(header + payload_offset)
-        byte = fh.read(1)
-        fh.seek(header + payload_offset)
-        fh.write(bytes([byte[0] ^ 0xFF]))
-
-
-def evict(path: pathlib.Path) -> None:
-    """Drops this node's cached pages of the file, so the next read reaches the mount."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def test_descriptor_reads_are_verified_and_a_bad_chunk_misses(tmp_path: pathlib.Path) -> None:
     with Cluster(tmp_path / "cluster", workers=1) as cluster:
-        client = cluster.client()
-        data = random_bytes(3 * MiB + 5000, seed=21)
-        with client.fs.open("/blob", "wb") as fh:
-            fh.write(data)
-        block = client.master.get_blocks(client.fs.stat("/blob").ino).blocks[0]
-        view = client.blocks.membership.view()
+        blob = write_blob(cluster, 3 * MiB + 5000, seed=21)
+        data, block, view = blob.data, blob.block, blob.view
         reader = TrioBlockReader(token=cluster.token, timeout_s=5.0, max_payload=256 * MiB,
                                  is_local=lambda _worker: True)
-
-        async def read(offset: int, length: int) -> bytes:
-            span = verifiable_range(block.length, block.checksum != 0, offset, length)
-            out = aligned(max(span.length, 1))
-            got = await reader.read(view, block, span.offset, span.length, out, span.minimum)
-            return bytes(got[span.skip:span.skip + length])
+        read = range_reader(reader, view, block)
 
         async def scenario() -> None:
             assert await read(0, MiB) == data[:MiB]
