@@ -177,7 +177,8 @@ def summarise(runs: list[dict[str, list[dict[str, float]]]]) -> dict[str, dict[s
     out = {}
     for row in ROWS:
         samples = [s for run in runs for s in run[row]]
-        out[row] = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+        keys = sorted({k for s in samples for k in s})     # a thread that used no CPU in a run is absent
+        out[row] = {k: statistics.median(s.get(k, 0.0) for s in samples) for k in keys}
     return out
 
 
