@@ -243,3 +243,28 @@ def publish(name: str, args: argparse.Namespace, payload: dict[str, Any], doc_bo
 
 def gbps(nbytes: int, seconds: float) -> float:
     return nbytes / seconds / 1e9 if seconds > 0 else 0.0
+
+
+def evict(path: pathlib.Path) -> None:
+    """Drops this node's cached pages of the file, so the next read reaches the file system."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def scrape(address: str, names: Iterable[str]) -> dict[str, float]:
+    """The samples named `names` (full sample names, labels included) of the /metrics page at
+    `address`; absent ones are left out."""
+    import urllib.request
+
+    wanted = set(names)
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name in wanted:
+            values[name] = float(value)
+    return values

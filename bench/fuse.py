@@ -133,7 +133,7 @@ class Bench:
     def mount_read(self, name: str, *, cold: bool = True, root: pathlib.Path | None = None) -> float:
         path = (root or self.mount) / name
         if cold:     # what this node's page cache holds of the file goes, so the read crosses FUSE
-            evict(path)
+            common.evict(path)
         started = time.perf_counter()
         total = 0
         with open(path, "rb", buffering=0) as fh:
@@ -147,7 +147,7 @@ class Bench:
         buffered read of its metadata, then readinto the rest) into a reused (touched) buffer."""
         paths = [(root or self.mount) / name for name in names]
         for path in paths:
-            evict(path)
+            common.evict(path)
         buffers = self._fs_buffers(len(paths), os.stat(paths[0]).st_size)
 
         def one(item: tuple[pathlib.Path, memoryview]) -> int:
@@ -253,14 +253,6 @@ class Bench:
         result["stat"] = _rate(os.stat, groups)
         result["unlink"] = _rate(os.unlink, groups)
         return result
-
-
-def evict(path: pathlib.Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def append_rate(directory: pathlib.Path, writers: int, count: int, *, shared: bool) -> float:

@@ -26,7 +26,6 @@ import shutil
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -58,22 +57,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def counters(address: str) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    values = {}
-    for line in text.splitlines():
-        name, _, value = line.rpartition(" ")
-        if name in (READS, BLOCK_READS):
-            values[name] = float(value)
-    return values
-
-
-def evict(path: pathlib.Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    return common.scrape(address, (READS, BLOCK_READS))
 
 
 class Readers:
@@ -147,7 +131,7 @@ def run(root: pathlib.Path, checkouts: dict[str, pathlib.Path], args: Any) -> di
             for pattern in PATTERNS:
                 for name, mount in mounts.items():
                     for file in readers.names(pattern):
-                        evict(mount.path / file)
+                        common.evict(mount.path / file)
                     read = functools.partial(getattr(readers, pattern), mount.path)
                     samples[pattern][name].append(measure(read, expected[pattern], mount, worker.process.pid,
                                                           worker.field("metrics")))

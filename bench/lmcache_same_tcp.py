@@ -138,9 +138,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         """A read of `name` (how: cold or warm), with the deltas of the worker's and `name`'s mount
         counters around it, kept under name/how."""
         ends = {"worker": scrapes["worker"], "mount": scrapes[name]} if name in scrapes else {}
-        before = {end: scrape(url) for end, url in ends.items()}
+        before = {end: common.scrape(url, COUNTERS) for end, url in ends.items()}
         seconds = timed(name, "batched", keys)
-        after = {end: scrape(url) for end, url in ends.items()}
+        after = {end: common.scrape(url, COUNTERS) for end, url in ends.items()}
         if ends:
             delta = {f"{end}:{k}": v - before[end].get(k, 0.0) for end in ends for k, v in after[end].items()}
             delta["worker:shortcircuit_open"] = after["worker"].get(SHORTCIRCUIT_OPEN, 0.0)
@@ -278,9 +278,9 @@ def fs_rows(root: pathlib.Path, args: Any) -> dict[str, Any]:
                            "fs_local": endpoints["mount_local"]}}
         print(f"fs:// cold/warm (reader on another node, on the owner's node) vs native on loopback, "
               f"{args.count} x {chunk_bytes(LLAMA_8B) >> 20} MiB, {args.repeats} repeats", file=sys.stderr, flush=True)
-        before = {name: scrape(url) for name, url in endpoints.items()}
+        before = {name: common.scrape(url, COUNTERS) for name, url in endpoints.items()}
         result = run_child(spec)
-        after = {name: scrape(url) for name, url in endpoints.items()}
+        after = {name: common.scrape(url, COUNTERS) for name, url in endpoints.items()}
         # Whether short-circuit engaged, from the kernel's side: unix connections from each reader
         # mount's process to the worker's short-circuit socket, while both are still up.
         result["unix_links"] = {name: unix_links(mount.process.process.pid, worker.process.pid)
@@ -325,20 +325,6 @@ COUNTERS = (SHORTCIRCUIT_OPEN, 'curvine_mount_requests_total{op="read"}', 'curvi
             'curvine_mount_requests_total{op="lookup"}', 'curvine_sent_bytes_total{way="mount"}',
             'curvine_operation_duration_seconds_count{op="read_block"}',
             'curvine_operation_duration_seconds_sum{op="read_block"}')
-
-
-def scrape(address: str) -> dict[str, float]:
-    """The COUNTERS of a /metrics page (absent ones left out)."""
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    values = {}
-    for line in text.splitlines():
-        name, _, value = line.rpartition(" ")
-        if name in COUNTERS:
-            values[name] = float(value)
-    return values
 
 
 # -- report ------------------------------------------------------------------------------------------

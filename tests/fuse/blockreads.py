@@ -1,9 +1,8 @@
 """Helpers for the tests that drive the mount's trio block reader directly (test_dataplane,
 test_local_reads, test_chunk_runs): a one-file cluster state, the reader's verified read of a
-byte range, and the stored file of a block (to corrupt it or drop it from the page cache)."""
+byte range, and the stored file of a block (to corrupt it; bench.common.evict drops a file from the page cache)."""
 from __future__ import annotations
 
-import os
 import pathlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -64,11 +63,3 @@ def flip_byte(path: pathlib.Path, payload_length: int, payload_offset: int) -> N
         fh.seek(header + payload_offset)
         fh.write(bytes([byte[0] ^ 0xFF]))
 
-
-def evict(path: pathlib.Path) -> None:
-    """Drops this node's cached pages of the file, so the next read reaches the mount."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)

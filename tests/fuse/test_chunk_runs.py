@@ -11,9 +11,10 @@ import pathlib
 import pytest
 import trio
 
+from bench.common import evict
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
 from curvine_py.fuse.prefetch import ChunkRuns
-from tests.fuse.blockreads import evict, flip_byte, stored_file, write_blob
+from tests.fuse.blockreads import flip_byte, stored_file, write_blob
 from tests.fuse.mounts import Mount
 from tests.harness import Cluster, random_bytes
 

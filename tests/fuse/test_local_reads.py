@@ -13,9 +13,10 @@ from dataclasses import replace
 import pytest
 import trio
 
+from bench.common import evict
 from curvine_py.client.buffers import aligned
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
-from tests.fuse.blockreads import evict, flip_byte, range_reader, stored_file, write_blob
+from tests.fuse.blockreads import flip_byte, range_reader, stored_file, write_blob
 from tests.fuse.mounts import Mount
 from tests.harness import Cluster, random_bytes
 
