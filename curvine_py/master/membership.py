@@ -71,6 +71,9 @@ class Membership:
         self._inventory_wanted: set[str] = set()
         self._inventories: dict[str, Inventory] = {}
         self._inventory_deletes = False   # fsck --repair: orphans found by those inventories are deleted
+        # Stall credit (see expect_checks_every): when the last lease check was, and how often one comes.
+        self._checked_at: float | None = None
+        self._check_interval_s = 0.0
         if self._last_seen:
             log.info("restored %d live workers at epoch %d; their leases restart now",
                      len(self._last_seen), self._epoch)
@@ -152,9 +155,32 @@ class Membership:
         again = worker_id in self._inventory_wanted and worker_id not in self._inventories
         return HeartbeatResult(self._epoch, reregister=again, delete_block_ids=tuple(deletions))
 
+    def expect_checks_every(self, interval_s: float) -> None:
+        """The master's maintenance loop checks the leases every `interval_s`. From now on a check
+        that comes later than two intervals after the previous one means the master itself did not
+        run (starved of CPU, paused, its store thread stuck in a slow commit): heartbeats that
+        arrived meanwhile wait unread in its queues, so the excess is credited to every worker
+        instead of expiring them all at the first call after the stall. A steadily slow loop gets
+        no credit, so a dead worker still leaves."""
+        self._check_interval_s = interval_s
+        self._checked_at = self._clock()
+
+    def _credit_stall(self, now: float) -> None:
+        if self._checked_at is None:
+            return
+        stalled = now - self._checked_at - 2 * self._check_interval_s
+        self._checked_at = now
+        if stalled <= 0 or not self._last_seen:
+            return
+        for worker_id, seen in self._last_seen.items():   # never past now: a credit is not a lease
+            self._last_seen[worker_id] = min(seen + stalled, now)
+        log.warning("the master did not check leases for %.1f s beyond its interval; the workers' "
+                    "silence in that time is not held against them", stalled)
+
     def expire(self) -> list[str]:
         """Workers silent for longer than the lease leave the live set (one epoch bump for all)."""
         now = self._clock()
+        self._credit_stall(now)
         limit = self.lease_ms / 1000.0
         gone = sorted(w for w, seen in self._last_seen.items() if now - seen > limit)
         if not gone:

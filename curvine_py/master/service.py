@@ -444,6 +444,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
     def maintain(self, stop: threading.Event) -> None:
         """Runs `maintain_step` every tick until `stop` is set."""
         tick = max(0.05, min(self._mem.lease_ms, self._mem.heartbeat_interval_ms) / 4000.0)
+        self._store.call(self._mem.expect_checks_every, tick)
         while not stop.wait(tick):
             self.maintain_step(stop)
 

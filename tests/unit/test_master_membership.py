@@ -293,3 +293,44 @@ def test_evictions_from_a_lost_worker_wait_for_its_reregistration(mem: Membershi
     clock.ns += 61_000 * 1_000_000
     mem.register(worker("w1"), [])
     assert ns.get_blocks(ino).blocks[0].worker_ids == ()
+
+
+def test_a_stall_of_the_master_is_not_held_against_the_workers(mem: Membership, clock: FakeClock) -> None:
+    """The maintenance loop checks every 0.5 s; the master then does not run for 4 s (starved, its
+    store thread in a slow commit): the first check after it must not expire workers whose
+    heartbeats wait unread in its queues. Their silence after the stall still counts."""
+    mem.expect_checks_every(0.5)
+    mem.register(worker("w1"))
+    for _ in range(2):
+        clock.advance(0.5)
+        assert mem.expire() == []
+    clock.advance(4.0)                          # t = 5: silent 5 s = the lease, but the master slept 4 s
+    assert mem.expire() == [] and live_ids(mem) == ["w1"]
+    # The stall beyond two intervals (3 s) is credited: w1 counts as seen at t = 3 and leaves at
+    # the first check more than a lease later, t = 8.5 (checks every 0.5 s again).
+    gone_at = 5.0
+    while live_ids(mem):
+        clock.advance(0.5)
+        gone_at += 0.5
+        mem.expire()
+    assert gone_at == 3.0 + LEASE_MS / 1000 + 0.5
+
+
+def test_a_steadily_slow_master_still_expires_a_dead_worker(mem: Membership, clock: FakeClock) -> None:
+    """Checks that come late but within two intervals get no credit: a worker that stopped
+    heartbeating leaves after its lease, as without the stall credit."""
+    mem.expect_checks_every(0.5)
+    mem.register(worker("w1"))
+    waited = 0.0
+    while live_ids(mem):
+        clock.advance(0.9)
+        waited += 0.9
+        mem.expire()
+        assert waited < LEASE_MS / 1000 + 1.0
+    assert waited > LEASE_MS / 1000
+
+
+def test_without_a_maintenance_loop_a_long_silence_expires_at_once(mem: Membership, clock: FakeClock) -> None:
+    mem.register(worker("w1"))
+    clock.advance(LEASE_MS / 1000 + 1.0)
+    assert mem.expire() == ["w1"]
