@@ -204,7 +204,7 @@ def test_a_session_broken_inside_a_batch_fails_the_rest_of_it(pg: pgserver.PgSer
         with pytest.raises(Unavailable), ns.batch():
             outcomes.append(attempt(lambda: mkfile(ns, "a")))
             pid = ns._db.conn.info.backend_pid
-            assert pg.psql(f"SELECT pg_terminate_backend({pid})").strip() == "t"
+            assert pg.psql(f"SELECT pg_terminate_backend({pid}, 10000)").strip() == "t"   # returns once it exited
             outcomes += [attempt(lambda: mkfile(ns, "b")), attempt(lambda: ns.unlink(ROOT_INO, "before"))]
         assert isinstance(outcomes[0], Attr)
         assert [type(o) for o in outcomes[1:]] == [Unavailable, Unavailable]
