@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from curvine_py.core.cluster import MembershipView
 from curvine_py.core.errors import CurvineError, Unavailable
@@ -41,12 +41,13 @@ class View:
     epoch: int
     workers: dict[str, WorkerAddress]     # the live workers: what placement ranks (KV keys)
     placement: Rendezvous
-    # Every registered worker, live or not: where a granted or listed block copy is reached.
-    reachable: dict[str, WorkerAddress] = field(default_factory=dict)
+    # Every registered worker, live or not (a superset of `workers`): where a granted or listed
+    # block copy is reached.
+    reachable: dict[str, WorkerAddress]
 
     def address(self, worker_id: str) -> WorkerAddress | None:
         """The worker's address if the master has it registered (live or not)."""
-        return self.reachable.get(worker_id) or self.workers.get(worker_id)
+        return self.reachable.get(worker_id)
 
 
 def weight_of(capacity: int) -> float:

@@ -13,7 +13,7 @@ from curvine_py.core.hashing import Node, Rendezvous
 def view_of(worker_ids: list[str], epoch: int = 1) -> View:
     workers = {w: WorkerAddress(w, "127.0.0.1", 1000 + i, f"node-{w}", "", 1 << 30)
                for i, w in enumerate(worker_ids)}
-    return View(epoch, workers, Rendezvous([Node(w) for w in worker_ids]))
+    return View(epoch, workers, Rendezvous([Node(w) for w in worker_ids]), reachable=workers)
 
 
 def client(replicas: int = 1) -> KVClient:
