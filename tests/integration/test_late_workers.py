@@ -39,6 +39,10 @@ class Lab:
     def worker_id(self, index: int) -> str:
         return self.workers[index].field("id")
 
+    def other_than(self, worker_id: str) -> str:
+        """The id of a worker that is not `worker_id`."""
+        return next(w.field("id") for w in self.workers if w.field("id") != worker_id)
+
     def index_of(self, worker_id: str) -> int:
         return next(i for i, w in enumerate(self.workers) if w.field("id") == worker_id)
 
@@ -150,7 +154,7 @@ def two_files(lab: Lab, seed: int) -> tuple[str, bytes, bytes]:
 
 def test_copies_on_a_worker_past_its_lease_are_listed_after_the_live_ones_and_read(lab2: Lab) -> None:
     late, two, one = two_files(lab2, seed=2)
-    live = next(w for w in (lab2.worker_id(0), lab2.worker_id(1)) if w != late)
+    live = lab2.other_than(late)
     lab2.relays[lab2.index_of(late)].cut()
     reader = lab2.cluster.client(node="elsewhere")
     lab2.wait_not_live(reader, late)
@@ -165,7 +169,7 @@ def test_copies_on_a_worker_past_its_lease_are_listed_after_the_live_ones_and_re
 
 def test_a_dead_workers_copy_is_tried_last_and_its_only_copy_fails_clearly(lab2: Lab) -> None:
     dead, two, _one = two_files(lab2, seed=4)
-    live = next(w for w in (lab2.worker_id(0), lab2.worker_id(1)) if w != dead)
+    live = lab2.other_than(dead)
     lab2.workers[lab2.index_of(dead)].kill()
     reader = lab2.cluster.client(node="elsewhere")
     lab2.wait_not_live(reader, dead)
