@@ -145,8 +145,26 @@ def test_a_failed_write_on_a_reused_file_publishes_nothing_and_the_file_is_gone(
         assert store.dirs[0].reserved == 0
 
 
-def test_kept_files_count_as_free_space_and_a_restart_sweeps_them(tmp_path: pathlib.Path) -> None:
+def only_this_dir_on_the_disk(monkeypatch: pytest.MonkeyPatch, root: str) -> None:
+    """statvfs as if `root` were alone on an 8 GiB disk: its free space falls by what the files
+    under `root` occupy and by nothing else (other tests write to the same file system at once,
+    which made a comparison of the real free space flaky)."""
+    real = os.statvfs
+
+    def statvfs(path: str) -> os.statvfs_result:
+        st = real(path)
+        occupied = sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, names in os.walk(root) for f in names)
+        free = ((8 << 30) - occupied) // st.f_frsize
+        return os.statvfs_result((st.f_bsize, st.f_frsize, (16 << 30) // st.f_frsize, free, free,
+                                  st.f_files, st.f_ffree, st.f_favail, st.f_flag, st.f_namemax))
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+
+
+def test_kept_files_count_as_free_space_and_a_restart_sweeps_them(tmp_path: pathlib.Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     root = str(tmp_path / "d")
+    only_this_dir_on_the_disk(monkeypatch, root)
     with Store([(root, 0)]) as store:
         before = store.usage().available
         store.put_object("a", os.urandom(MiB))
