@@ -75,23 +75,23 @@ def test_oversized_payload_is_refused_before_it_is_read(server: tuple[str, int],
         assert c.call(Op.PING, DataHeader()).errno == 0
 
 
-def test_peer_vanishing_mid_payload_leaves_nothing(server: tuple[str, int], store: Store) -> None:
+def test_peer_vanishing_mid_payload_leaves_nothing(server: tuple[str, int], store: Store,
+                                                   state: WorkerState) -> None:
     c = WireClient(server)
     c.sock.sendall(frames.encode(Op.PUT, 1, DataHeader(key="half"), 4 * MiB) + b"x" * MiB)
     c.close()
     tmp = os.path.join(store.dirs[0].path, "tmp")
 
-    def left() -> tuple[int, list[str]]:
-        return store.dirs[0].reserved, os.listdir(tmp)
+    def put_handled() -> bool:
+        # The PUT's duration is observed after its handler returned, i.e. after it met the EOF and
+        # cleaned up: polling the end state alone could look before the server even started.
+        count = state.metrics.registry.get_sample_value("curvine_operation_duration_seconds_count",
+                                                        {"op": "put"})
+        return count == 1
 
+    wait_until(put_handled, timeout=10, what="the half-sent PUT handled")
+    assert store.dirs[0].reserved == 0 and os.listdir(tmp) == []
     with WireClient(server) as other:
-        # The server reads the head, reserves and opens its temp file, then meets the EOF, all on
-        # its own thread: poll for the end state (a first look may come before it even started).
-        for _ in range(500):
-            if left() == (0, []):
-                break
-            threading.Event().wait(0.01)
-        assert left() == (0, [])
         assert other.get("half")[0].found is False
     assert os.listdir(tmp) == []
 
