@@ -30,6 +30,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from curvine_py.core.errors import CurvineError, errno_name
+from curvine_py.observe.local import FoldedCounters, LocalCounter, LocalHistogram
 
 log = logging.getLogger(__name__)
 
@@ -306,11 +307,17 @@ def register_master(registry: CollectorRegistry,
 
 @dataclass(frozen=True, slots=True)
 class MountMetrics:
+    """The mount's families. The per-request ones are local families (observe/local.py: one
+    writer, the trio thread; a prometheus-client `inc` or `observe` per request was most of what
+    the request metrics cost a `stat`), and hot-path counts of the shared families go through
+    `folded` (added to `access`'s counters at each scrape)."""
+
     registry: CollectorRegistry
     access: AccessMetrics
-    requests: Counter
-    request_latency: Histogram
+    requests: LocalCounter
+    request_latency: LocalHistogram
     errors: ErrorMetrics
+    folded: FoldedCounters
 
     @contextlib.contextmanager
     def request(self, op: str) -> Iterator[None]:
@@ -329,14 +336,19 @@ class MountMetrics:
 
 
 def register_mount(registry: CollectorRegistry) -> MountMetrics:
+    hooks = ScrapeHooks()
+    registry.register(hooks)   # first: collected before the families it feeds
+    folded = FoldedCounters()
+    hooks.add(folded.fold)
     errors = _errors(registry)
     return MountMetrics(
         registry=registry,
         access=_access(registry, errors),
-        requests=Counter("curvine_mount_requests", "FUSE requests by op", ["op"], registry=registry),
-        request_latency=Histogram("curvine_mount_request_duration_seconds", "Duration of a FUSE request",
-                                  ["op"], buckets=LATENCY_BUCKETS, registry=registry),
+        requests=LocalCounter("curvine_mount_requests", "FUSE requests by op", "op", registry),
+        request_latency=LocalHistogram("curvine_mount_request_duration_seconds", "Duration of a FUSE request",
+                                       "op", registry, LATENCY_BUCKETS),
         errors=errors,
+        folded=folded,
     )
 
 
