@@ -162,15 +162,17 @@ class MasterClient:
                                    keep_orphan=keep_orphan)
         return convert.rename_from_pb(self._call(self._rpc.rename, request))
 
-    def readdir(self, ino: InodeId, after_name: str = "", limit: int = 1000) -> DirPage:
+    def readdir(self, ino: InodeId, after_name: str = "", limit: int = 1000, *, eager: bool = False) -> DirPage:
+        """Entries after `after_name` in name order. Their attributes are built when first read,
+        or all at once with `eager` (cheaper for a caller that reads every entry's)."""
         request = pb.ReadDirRequest(ino=ino, after_name=after_name, limit=limit)
-        return convert.dir_page_from_pb(self._call(self._rpc.read_dir, request))
+        return convert.dir_page_from_pb(self._call(self._rpc.read_dir, request), eager=eager)
 
     def readdir_all(self, ino: InodeId) -> list[DirEntry]:
         entries: list[DirEntry] = []
         after = ""
         while True:
-            page = self.readdir(ino, after)
+            page = self.readdir(ino, after, eager=True)
             entries.extend(page.entries)
             if not page.more or not page.entries:
                 return entries

@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import enum
 import stat
-from dataclasses import dataclass
-from typing import NewType
+from collections.abc import Callable
+from dataclasses import FrozenInstanceError, dataclass
+from typing import Any, NewType, TypeVar
 
 InodeId = NewType("InodeId", int)       # an inode number (the root is core.posix.ROOT_INO)
 BlockId = NewType("BlockId", int)       # a block's cluster-wide id, allocated by the master
 
 XATTR_CREATE = 1             # setxattr(2) flags; the same values travel on the wire
 XATTR_REPLACE = 2
+
+T = TypeVar("T")
+_set = object.__setattr__     # DirEntry's own fields, past its frozen __setattr__
 
 PLACEMENT_HASH = "hash"
 PLACEMENT_LOCAL = "local"
@@ -97,10 +101,73 @@ def blank_attr(ino: InodeId, type: FileType = FileType.UNSPECIFIED) -> Attr:
     return Attr(ino=ino, type=type, mode=0, uid=0, gid=0, size=0, nlink=0, atime_ns=0, mtime_ns=0, ctime_ns=0)
 
 
-@dataclass(frozen=True, slots=True)
 class DirEntry:
+    """A name in a directory and its inode's attributes: frozen, compared and hashed by (name,
+    attr) like the dataclasses here. Hand-written (not a dataclass) so that an entry read off the
+    wire can build its Attr on first use (`deferred`): a 512-entry ReadDir page built every Attr
+    up front for 3-5 us each (bench/convert_cost.py), while the mount's name cache (fuse/names.py)
+    serves a few names of most pages it fetches and reads only their names and inode numbers.
+
+    `ino` is the attributes' inode number, known without building them.
+    """
+
+    __slots__ = ("_attr", "_convert", "_raw", "ino", "name")
+    __match_args__ = ("name", "attr")
+
     name: str
-    attr: Attr
+    ino: InodeId
+    _attr: Attr | None
+    _raw: object                           # a deferred entry's undecoded attributes (None once built)
+    _convert: Callable[[Any], Attr] | None
+
+    def __init__(self, name: str, attr: Attr) -> None:
+        _set(self, "name", name)
+        _set(self, "ino", attr.ino)
+        _set(self, "_attr", attr)
+
+    @classmethod
+    def deferred(cls, name: str, ino: InodeId, convert: Callable[[T], Attr], raw: T) -> DirEntry:
+        """An entry whose attributes are `convert(raw)`, built when first read (once: the result
+        is kept and `raw` dropped). `convert` must be pure and give an Attr of inode `ino`."""
+        entry = object.__new__(cls)
+        _set(entry, "name", name)
+        _set(entry, "ino", ino)
+        _set(entry, "_attr", None)
+        _set(entry, "_raw", raw)
+        _set(entry, "_convert", convert)
+        return entry
+
+    @property
+    def attr(self) -> Attr:
+        attr = self._attr
+        if attr is None:
+            # Two threads reading a new entry at once both build it: equal values, either kept.
+            assert self._convert is not None
+            attr = self._convert(self._raw)
+            _set(self, "_attr", attr)
+            _set(self, "_raw", None)
+            _set(self, "_convert", None)
+        return attr
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DirEntry):
+            return NotImplemented
+        return self.name == other.name and self.attr == other.attr
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.attr))
+
+    def __repr__(self) -> str:
+        return f"DirEntry(name={self.name!r}, attr={self.attr!r})"
+
+    def __reduce__(self) -> tuple[type[DirEntry], tuple[str, Attr]]:
+        return DirEntry, (self.name, self.attr)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,9 @@ MAX_DIRECTORIES = 16_384   # directories tracked (lookup counters included); bey
 
 @dataclass(slots=True)
 class _Directory:
-    names: dict[str, tuple[float, Attr]] = field(default_factory=dict)   # name -> (fetched, attr)
+    # name -> (fetched, entry). Entries, not their Attrs: a page's entries build their Attr when
+    # first read (core DirEntry.deferred), and most names of most pages are never served.
+    names: dict[str, tuple[float, DirEntry]] = field(default_factory=dict)
     window_start: float = 0.0
     misses: int = 0
     threshold: int = HOT_LOOKUPS
@@ -76,7 +78,7 @@ class NameCache:
             self._remove(parent, name)
             return None
         directory.hits += 1
-        return found[1], age
+        return found[1].attr, age
 
     def should_fetch(self, parent: int) -> bool:
         """Counts one master lookup in `parent`; True when the directory just turned hot (the
@@ -115,7 +117,7 @@ class NameCache:
         now = self._clock()
         count = 0
         for entry in entries:
-            self._put(parent, directory, entry.name, now, entry.attr)
+            self._put(parent, directory, entry, now)
             count += 1
         directory.fetched, directory.hits = count, 0
         if self._size > self.capacity:
@@ -125,7 +127,7 @@ class NameCache:
         """A newer answer for an inode (a reply that passed through the attribute cache)."""
         now = self._clock()
         for parent, name in tuple(self._where.get(attr.ino, ())):
-            self._put(parent, self._dirs[parent], name, now, attr)
+            self._put(parent, self._dirs[parent], DirEntry(name, attr), now)
 
     def forget_inode(self, ino: int) -> None:
         """The inode changed here: drop it under every name, and its own names if a directory."""
@@ -154,14 +156,15 @@ class NameCache:
     def __len__(self) -> int:
         return self._size
 
-    def _put(self, parent: int, directory: _Directory, name: str, now: float, attr: Attr) -> None:
+    def _put(self, parent: int, directory: _Directory, entry: DirEntry, now: float) -> None:
+        name = entry.name
         old = directory.names.get(name)
         if old is not None:
             self._unindex(old[1].ino, parent, name)
         else:
             self._size += 1
-        directory.names[name] = (now, attr)
-        self._where.setdefault(attr.ino, set()).add((parent, name))
+        directory.names[name] = (now, entry)
+        self._where.setdefault(entry.ino, set()).add((parent, name))
 
     def _remove(self, parent: int, name: str) -> None:
         directory = self._dirs.get(parent)
