@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from curvine_py.core.domain import DirEntry, blank_attr
+from curvine_py.core.domain import Attr, DirEntry, InodeId, blank_attr
 from curvine_py.fuse import names
 from curvine_py.fuse.names import NameCache
 
@@ -154,3 +154,26 @@ def test_a_page_that_paid_before_a_change_keeps_the_base_threshold() -> None:
         assert cache.get(DIR, f"f{i}") is not None
     cache.forget_directory(DIR)
     assert [cache.should_fetch(DIR) for _ in range(4)] == [False, False, False, True]
+
+
+def test_a_fetched_page_builds_only_the_attributes_it_serves() -> None:
+    """Entries off the wire build their Attr when first read (DirEntry.deferred): filling a page
+    and dropping or indexing its names reads only names and inode numbers."""
+    built: list[int] = []
+
+    def convert(ino: int) -> Attr:
+        built.append(ino)
+        return replace(blank_attr(InodeId(ino)), size=ino)
+
+    cache = NameCache(1.0, hot=1, clock=Clock())
+    assert cache.should_fetch(DIR)
+    cache.fill(DIR, [DirEntry.deferred(f"f{i}", InodeId(1000 + i), convert, 1000 + i) for i in range(100)],
+               cache.generation)
+    assert built == [] and len(cache) == 100
+    held = cache.get(DIR, "f7")
+    assert held is not None and held[0].size == 1007 and built == [1007]
+    cache.forget_inode(InodeId(1008))          # found by inode number: still nothing built
+    assert cache.get(DIR, "f8") is None and built == [1007]
+    cache.refresh(replace(blank_attr(InodeId(1009)), size=5))
+    held = cache.get(DIR, "f9")
+    assert held is not None and held[0].size == 5 and built == [1007]

@@ -2,6 +2,8 @@
 range of each wire field (uint32/uint64/int64/double/strings); bad wire values get a clear answer."""
 from __future__ import annotations
 
+import dataclasses
+import pickle
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -62,6 +64,11 @@ def test_attr(value: domain.Attr) -> None:
     roundtrip(convert.attr_pb, convert.attr_from_pb, value)
 
 
+@given(attrs)
+def test_attr_reply(value: domain.Attr) -> None:
+    roundtrip(convert.attr_reply, lambda r: convert.attr_from_pb(r.attr), value)
+
+
 @given(policies)
 def test_policy(value: domain.Policy) -> None:
     roundtrip(convert.policy_pb, convert.policy_from_pb, value)
@@ -112,9 +119,68 @@ def test_rename(value: domain.RenameResult) -> None:
     roundtrip(convert.rename_reply, convert.rename_from_pb, value)
 
 
-@given(st.builds(domain.DirPage, entries=tuples(st.builds(domain.DirEntry, name=text, attr=attrs)), more=st.booleans()))
+dir_pages = st.builds(domain.DirPage, entries=tuples(st.builds(domain.DirEntry, name=text, attr=attrs)),
+                      more=st.booleans())
+
+
+@given(dir_pages)
 def test_dir_page(value: domain.DirPage) -> None:
     roundtrip(lambda p: convert.readdir_reply(list(p.entries), p.more), convert.dir_page_from_pb, value)
+
+
+@given(dir_pages)
+def test_dir_page_eager(value: domain.DirPage) -> None:
+    roundtrip(lambda p: convert.readdir_reply(list(p.entries), p.more),
+              lambda r: convert.dir_page_from_pb(r, eager=True), value)
+
+
+@given(dir_pages)
+def test_deferred_entries_read_as_the_eager_ones(value: domain.DirPage) -> None:
+    """Names and inode numbers without building the Attr; the Attr once read, the same each time,
+    and equal, hash for hash, to the eager conversion's."""
+    reply = mpb.ReadDirReply.FromString(convert.readdir_reply(list(value.entries), value.more).SerializeToString())
+    deferred, eager = convert.dir_page_from_pb(reply), convert.dir_page_from_pb(reply, eager=True)
+    assert [(e.name, e.ino) for e in deferred.entries] == [(e.name, e.attr.ino) for e in value.entries]
+    for lazy, built, original in zip(deferred.entries, eager.entries, value.entries, strict=True):
+        first = lazy.attr
+        assert first == original.attr and lazy.attr is first
+        assert lazy == built == original and hash(lazy) == hash(built) == hash(original)
+        assert repr(lazy) == repr(original)
+        assert pickle.loads(pickle.dumps(lazy)) == original
+
+
+def assert_frozen(entry: domain.DirEntry) -> None:
+    for name in ("name", "attr", "ino", "_attr"):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(entry, name, None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del entry.name
+
+
+@given(st.builds(domain.DirEntry, name=text, attr=attrs))
+def test_a_deferred_entry_builds_its_attr_once_on_first_read_and_stays_frozen(entry: domain.DirEntry) -> None:
+    built: list[domain.Attr] = []
+
+    def convert_once(raw: domain.Attr) -> domain.Attr:
+        built.append(raw)
+        return raw
+
+    lazy = domain.DirEntry.deferred(entry.name, entry.attr.ino, convert_once, entry.attr)
+    assert_frozen(lazy)
+    assert lazy.name == entry.name and lazy.ino == entry.ino and built == []
+    assert lazy.attr == entry.attr and lazy.attr == entry.attr and len(built) == 1
+    assert_frozen(lazy)
+    assert_frozen(entry)
+    assert lazy == entry
+
+
+def test_an_entry_differs_from_another_by_name_or_attr() -> None:
+    a = domain.blank_attr(domain.InodeId(5))
+    entry = domain.DirEntry("x", a)
+    assert entry != domain.DirEntry("y", a)
+    assert entry != domain.DirEntry("x", dataclasses.replace(a, size=1))
+    assert entry != ("x", a)
+    assert len({entry, domain.DirEntry("x", a), domain.DirEntry.deferred("x", a.ino, lambda v: v, a)}) == 1
 
 
 @given(st.builds(domain.StatFs, capacity=u64, used=u64, available=u64, files=u64, block_size=u64, max_files=u64))
