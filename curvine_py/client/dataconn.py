@@ -29,6 +29,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from google.protobuf.message import DecodeError
+
 from curvine_py.client import digests
 from curvine_py.client.buffers import aligned
 from curvine_py.core import frames, layout
@@ -61,7 +63,8 @@ _unpack_prefix = frames.PREFIX.unpack_from
 
 
 class ReplyStream(blocking.ReadAhead):
-    """The client's side of a connection's read-ahead: the head of the reply to one request.
+    """The client's side of a connection's read-ahead: the head of the reply to one request, and
+    a one-chunk payload with its digest.
 
     Why not ReadAhead.head + a check: a reply that is what was asked for (the common case) is
     checked here with one unpack and a few comparisons on the buffered bytes (decode_prefix builds
@@ -71,22 +74,63 @@ class ReplyStream(blocking.ReadAhead):
     def reply_head(self, op: frames.Op, request_id: int, max_payload: int) -> tuple[int, DataHeader]:
         """(payload length, header) of the next frame; ProtocolError unless it answers (op,
         request_id), TooLarge for a payload above `max_payload`. The caller then owns the payload."""
-        if self._end - self._start < frames.PREFIX_SIZE:
-            self.receive_some()    # EOF or a short read: the full decoder below raises or completes it
         start = self._start
-        if self._end - start >= frames.PREFIX_SIZE:
+        if self._end - start < frames.PREFIX_SIZE:
+            if start == self._end:   # nothing buffered (the usual case): one recv at the front
+                self._start = start = 0
+                self._end = self.sock.recv_into(self._view, len(self._buffer))
+            else:
+                self.receive_some()   # EOF or a short read: the full decoder below raises or completes it
+                start = self._start
+        end = self._end
+        if end - start >= frames.PREFIX_SIZE:
             magic, version, code, reply_id, header_length, payload_length = _unpack_prefix(self._buffer, start)
             if code == _REPLY_CODES[op] and reply_id == request_id and magic == frames.MAGIC \
                     and version == frames.VERSION and header_length <= frames.MAX_HEADER \
                     and payload_length <= max_payload \
                     and (not payload_length or op in frames.RESPONSE_PAYLOAD_OPS):
-                self._start = start + frames.PREFIX_SIZE
-                header = frames.decode_header(self.take(header_length)) if header_length else DataHeader()
+                start += frames.PREFIX_SIZE
+                if not header_length:
+                    self._start = start
+                    return payload_length, DataHeader()
+                if end - start < header_length:   # the header came in pieces: take() completes it
+                    self._start = start
+                    return payload_length, frames.decode_header(self.take(header_length))
+                self._start = start + header_length
+                header = DataHeader()
+                try:
+                    header.ParseFromString(bytes(self._view[start:start + header_length]))
+                except DecodeError as exc:
+                    raise ProtocolError(f"malformed frame header: {exc}") from None
                 return payload_length, header
         prefix, header = self.head(max_payload=max_payload, expect_response=True)
         if prefix.op != op or prefix.request_id != request_id:
             raise ProtocolError(f"reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
         return prefix.payload_length, header
+
+    def payload_digests(self, target: memoryview) -> list[int]:
+        """Fills `target` with the payload (buffered bytes first, then straight from the socket)
+        and returns its chunk digests (digests.receive_and_digest). A payload of one chunk, the
+        common get, is received and hashed here without another frame."""
+        total = len(target)
+        if total > digests.CHUNK:
+            return digests.receive_and_digest(target, self.read_into)
+        start = self._start
+        got = self._end - start
+        if got >= total:   # a small payload that came with the head
+            target[:] = self._view[start:start + total]
+            self._start = start + total
+            return [digests.checksum(target)]
+        if got:
+            target[:got] = self._view[start:self._end]
+            self._start = self._end
+        sock = self.sock
+        while got < total:
+            n = sock.recv_into(target[got:], total - got)
+            if not n:
+                raise Unavailable(f"connection closed after {got} of {total} bytes")
+            got += n
+        return [digests.checksum(target)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +211,17 @@ class WorkerConnection:
         `digest`, the payload's chunk digests are computed as it arrives (digests.py) and returned
         in `Reply.digests`. `deadline`: see the module docstring. An error reply raises its
         CurvineError; one saying the worker lacks resources raises Busy."""
+        return Reply(*self.exchange(op, header, payload, out, digest, deadline))
+
+    def exchange(self, op: frames.Op, header: DataHeader, payload: bytes | bytearray | memoryview | None,
+                 out: memoryview | None, digest: bool,
+                 deadline: float | None) -> tuple[DataHeader, memoryview | None, list[int] | None]:
+        """`request` as (reply header, payload or None, its chunk digests when `digest`), without
+        the Reply value: the per-request paths (WorkerIO.read and call) use it. Its steps are
+        written out, not in helpers (each Python call is a measurable share of a small get;
+        bench/kv_profile.py counts them)."""
         request_id = next(self._ids) & frames.MAX_REQUEST_ID
+        stream = self._in
         # (try/except rather than a context manager: this runs for every request, and a generator-
         # based context manager costs a dozen Python calls; see _transport_failure.)
         try:
@@ -179,12 +233,24 @@ class WorkerConnection:
                 self._sock.sendall(frames.encode(op, request_id, header))
             else:
                 self._send(op, request_id, header, payload)
-            length, reply = self._in.reply_head(op, request_id, self._max_payload)
-            data = chunk_digests = None
-            if length:
-                if deadline is not None and length > self._in.buffered:
+            length, reply = stream.reply_head(op, request_id, self._max_payload)
+            if not length:
+                data = chunk_digests = None
+            else:
+                if deadline is not None and length > stream.buffered:
                     self._wait_at_most(deadline, op)
-                data, chunk_digests = self._receive_payload(length, out, digest)
+                if out is None:
+                    data = aligned(length)
+                elif len(out) < length:
+                    stream.discard(length)
+                    raise InvalidArgument(f"buffer of {len(out)} bytes is too small for {length}")
+                else:
+                    data = out if len(out) == length else out[:length]
+                if digest:
+                    chunk_digests = stream.payload_digests(data)
+                else:
+                    stream.read_into(data)
+                    chunk_digests = None
         except Exception as exc:
             failure = self._transport_failure(exc, op)
             if failure is exc:
@@ -193,9 +259,9 @@ class WorkerConnection:
         finally:
             if deadline is not None and not self._kernel_timeouts:
                 self._restore_timeout()
-        if not reply.errno:
-            return Reply(reply, data, chunk_digests)
-        raise self._error_reply(reply)
+        if reply.errno:
+            raise self._error_reply(reply)
+        return reply, data, chunk_digests
 
     def request_many(self, op: frames.Op, headers: list[DataHeader], outs: list[memoryview | None], *,
                      depth: int = PIPELINE_DEPTH, each_s: float | None = None) -> list[Reply | CurvineError]:
@@ -333,7 +399,7 @@ class WorkerConnection:
         if not digest:
             self._in.read_into(target)
             return target, None
-        return target, digests.receive_and_digest(target, self._in.read_into)
+        return target, self._in.payload_digests(target)
 
 
 def _unsent(pieces: list[bytes | memoryview], sent: int) -> list[bytes | memoryview]:

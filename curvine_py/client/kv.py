@@ -152,30 +152,30 @@ class KVClient:
     def get_view(self, key: str, out: Any = None) -> memoryview | None:
         """The object's bytes (in `out` if given: any writable buffer, see buffers.writable_view;
         else a new page-aligned buffer), or None on a miss."""
-        validate_key(key, self._max_key_bytes)
-        target = None if out is None else writable_view(out)
-        try:
-            return self._get(key, self._membership.view(), target)[1]
-        except StaleEpoch:
-            return self._after_stale(lambda view: self._get(key, view, target), self._stale_miss)[1]
+        return self._fetch(key, out)[1]
 
     def get(self, key: str) -> bytes | None:
-        data = self.get_view(key)
+        data = self._fetch(key, None)[1]
         return None if data is None else bytes(data)
 
     def get_into(self, key: str, out: Any) -> int | None:
         """Receives the object into the caller's buffer; returns its length, or None on a miss."""
-        data = self.get_view(key, out)
+        data = self._fetch(key, out)[1]
         return None if data is None else len(data)
 
     def get_with_meta(self, key: str, out: Any = None) -> tuple[memoryview, bytes] | None:
+        reply, data = self._fetch(key, out)
+        return None if data is None else (data, bytes(reply.user_meta))
+
+    def _fetch(self, key: str, out: Any) -> tuple[DataHeader, memoryview | None]:
+        """(reply, bytes or None on a miss) of one get: the first attempt on the cached view
+        without a closure (this runs for every get), once more on a refreshed one after ESTALE."""
         validate_key(key, self._max_key_bytes)
         target = None if out is None else writable_view(out)
         try:
-            reply, data = self._get(key, self._membership.view(), target)
+            return self._get(key, self._membership.view(), target)
         except StaleEpoch:
-            reply, data = self._after_stale(lambda view: self._get(key, view, target), self._stale_miss)
-        return None if data is None else (data, bytes(reply.user_meta))
+            return self._after_stale(lambda view: self._get(key, view, target), self._stale_miss)
 
     def get_many(self, keys: Sequence[str], outs: Sequence[Any] | None = None) -> list[memoryview | None]:
         """`get_view` of several keys at once (see get_many_with_meta); None for each miss."""
