@@ -179,10 +179,15 @@ def send_frame(sock: socket.socket, op: frames.Op, request_id: int, header: Data
 
 def send_frame_from_file(sock: socket.socket, op: frames.Op, request_id: int, header: DataHeader,
                          fd: int, offset: int, count: int) -> None:
-    """A response whose payload is `count` bytes of an open file: zero-copy `os.sendfile`. The
-    head is corked (MSG_MORE) so it leaves in the payload's first segment: the receiver wakes up
-    once for both, not for a 100-byte head and then again for the bytes."""
-    sock.sendall(frames.encode(op, request_id, header, count, response=True), socket.MSG_MORE)
+    """A response whose payload is `count` bytes of an open file: zero-copy `os.sendfile`."""
+    send_head_and_file(sock, frames.encode(op, request_id, header, count, response=True), fd, offset, count)
+
+
+def send_head_and_file(sock: socket.socket, head: bytes, fd: int, offset: int, count: int) -> None:
+    """An encoded frame head, then `count` bytes of an open file as its payload (`os.sendfile`,
+    zero copy). The head is corked (MSG_MORE) so it leaves in the payload's first segment: the
+    receiver wakes up once for both, not for a 100-byte head and then again for the bytes."""
+    sock.sendall(head, socket.MSG_MORE)
     sent = 0
     out = sock.fileno()
     while sent < count:
@@ -349,16 +354,28 @@ class RequestReader(HeadReader):
         self.ahead = ReadAhead(sock)
 
     def next_request(self) -> bool:
-        """Waits (at most `wait_s`) for the start of the next request: False on EOF before it."""
-        if not self.ahead.buffered:
+        """Waits (at most `wait_s`) for the start of the next request: False on EOF before it.
+        (ReadAhead's steps written out for its empty-buffer case, the usual one between requests:
+        this runs for every request, see take_head.)"""
+        ahead = self.ahead
+        if ahead._end == ahead._start:
+            ahead._start = ahead._end = 0
             try:
-                if not self.ahead.receive_some():
-                    return False
+                ahead._end = self._sock.recv_into(ahead._view, len(ahead._buffer))
             except BlockingIOError:
                 raise Timeout(f"idle for {self._wait_s:g} s") from None
+            if not ahead._end:
+                return False
         self._deadline = self._clock() + self._header_s if self._header_s > 0 else 0.0
         return True
 
     def take_head(self, count: int) -> memoryview:
-        """`count` bytes of the request's head (what is missing arrives before the header deadline)."""
-        return self.ahead.take(count, self.more)
+        """`count` bytes of the request's head (what is missing arrives before the header deadline).
+        Bytes already buffered (the usual case: the whole head came with the first recv) are
+        sliced here without ReadAhead.take's frame."""
+        ahead = self.ahead
+        start = ahead._start
+        if ahead._end - start >= count:
+            ahead._start = start + count
+            return ahead._view[start:start + count]
+        return ahead.take(count, self.more)

@@ -23,8 +23,9 @@ OPEN_FILES = 64
 class OpenFileCache:
     def __init__(self, limit: int = OPEN_FILES) -> None:
         self.limit = limit
-        # name -> (inventory entry it was opened for, fd, header, its size), LRU order.
-        self._files: OrderedDict[str, tuple[object, int, layout.StoredHeader, int]] = OrderedDict()
+        # name -> (inventory entry it was opened for, fd, header, its size, the memo every open of
+        # it shares: StoredFile.memo), LRU order.
+        self._files: OrderedDict[str, tuple[object, int, layout.StoredHeader, int, dict[str, bytes]]] = OrderedDict()
 
     def get(self, name: str, entry: object) -> StoredFile | None:
         """A duplicate of the cached fd for `name` if it was opened for this very `entry`. The
@@ -33,16 +34,16 @@ class OpenFileCache:
         if cached is None or cached[0] is not entry:
             return None
         self._files.move_to_end(name)
-        return StoredFile(os.dup(cached[1]), cached[2], cached[3])
+        return StoredFile(os.dup(cached[1]), cached[2], cached[3], cached[4])
 
     def keep(self, name: str, entry: object, fd: int, header: layout.StoredHeader) -> None:
         """Caches a duplicate of `fd` (the caller checked that `entry` is still the inventory's)."""
         previous = self._files.pop(name, None)
         if previous is not None:
             os.close(previous[1])
-        self._files[name] = (entry, os.dup(fd), header, header.header_size)
+        self._files[name] = (entry, os.dup(fd), header, header.header_size, {})
         while len(self._files) > self.limit:
-            _, (_, old_fd, _, _) = self._files.popitem(last=False)
+            _, (_, old_fd, _, _, _) = self._files.popitem(last=False)
             os.close(old_fd)
 
     def drop(self, name: str) -> None:
@@ -51,6 +52,6 @@ class OpenFileCache:
             os.close(cached[1])
 
     def close(self) -> None:
-        for _, fd, _, _ in self._files.values():
+        for _, fd, _, _, _ in self._files.values():
             os.close(fd)
         self._files.clear()

@@ -109,6 +109,17 @@ HANDSHAKE_S = 10.0     # a TLS handshake's bound when no auth deadline is set
 OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
 # One throttle for every session of the process: the same failure on many connections is one story.
 _throttle = LogThrottle()
+_GET = frames.Op.GET
+_GET_CODE = int(_GET) | frames.RESPONSE_BIT
+_GET_REPLY = "get-reply"       # StoredFile.memo: the encoded header of a GET's reply
+_MISS = DataHeader(found=False)
+
+
+def _found(stored: StoredFile) -> DataHeader:
+    """The reply header of a GET that found `stored`."""
+    meta = stored.header
+    return DataHeader(found=True, length=meta.length, checksum=meta.checksum, user_meta=meta.user_meta,
+                      chunk_checksums=meta.chunk_checksums)
 
 
 def _log_throttled(kind: str, level: int, message: str, *args: object, exc_info: bool = False) -> None:
@@ -200,6 +211,7 @@ class Session:
         self._tally = state.tallies.open()    # closed (folded) in serve
         self._latency: dict[frames.Op, Histogram] = {}   # this session's children of state.latency
         self._tls = isinstance(sock, ssl.SSLSocket)       # no sendfile, no sendmsg
+        self._plain = not self._tls and not options.pass_fds   # GET answered by _answer_get
         self._close_after = False
         self._handlers: dict[frames.Op, Callable[[frames.FramePrefix, DataHeader], _Outcome]] = {
             frames.Op.HELLO: self._hello,
@@ -290,32 +302,12 @@ class Session:
 
     def _answer(self, prefix: frames.FramePrefix, header: DataHeader) -> bool:
         """Runs the handler of a request read and sends its reply; False = close the connection."""
+        if prefix.op is _GET and self._plain:
+            return self._answer_get(prefix, header)
         try:
             outcome = self._handlers[prefix.op](prefix, header)
-        except CurvineError as exc:
-            if isinstance(exc, (Unavailable, ProtocolError)):
-                raise
-            self._drain()
-            self._send_error(prefix, exc)
-            return not self._close_after
-        except _PeerGone:
-            raise
-        except OSError as exc:   # the local disk failed (EIO, EROFS...): an answer, not a crash
-            self._drain()
-            if exc.errno in OUT_OF_FDS:   # the client tries the next replica or misses
-                _log_throttled("fds", logging.ERROR, "%s for %s: out of file descriptors", prefix.op.name,
-                               self._peer)
-                self._send_error(prefix, Busy(f"worker out of file descriptors: {exc}"))
-            else:
-                _log_throttled(f"os:{exc.errno}", logging.ERROR, "%s for %s failed: %s", prefix.op.name,
-                               self._peer, exc)
-                self._send_error(prefix, CurvineError(str(exc), errno=exc.errno or errno.EIO))
-            return True
-        except Exception as exc:  # noqa: BLE001 (answered EIO, logged with its traceback)
-            _log_throttled("internal", logging.ERROR, "internal error serving %s to %s", prefix.op.name, self._peer,
-                           exc_info=True)
-            self._send_error(prefix, CurvineError(f"internal error: {exc}"))
-            return False
+        except Exception as exc:  # noqa: BLE001 (each kind answered as _failed says)
+            return self._failed(prefix, exc)
         if self._unread:
             self._drain()
         stored = outcome.stored
@@ -326,6 +318,61 @@ class Session:
             if prefix.op == frames.Op.GET and not self._options.pass_fds:
                 self._tally.sent += outcome.length
         return not self._close_after
+
+    def _answer_get(self, prefix: frames.FramePrefix, header: DataHeader) -> bool:
+        """A GET on plain TCP: `_get` and `_send_stored` written out (every KV read runs this; each
+        Python call is a measurable share of its fixed cost, bench/kv_profile.py), with the reply's
+        header encoded once per cached file (StoredFile.memo). Same answers, same errors."""
+        try:
+            stored = self._open_for_get(header)
+        except Exception as exc:  # noqa: BLE001 (each kind answered as _failed says)
+            return self._failed(prefix, exc)
+        if stored is None:
+            self._sock.sendall(frames.encode(_GET, prefix.request_id, _MISS, response=True))
+            return not self._close_after
+        try:
+            length = stored.header.length
+            body = stored.memo.get(_GET_REPLY)
+            if body is None:
+                body = stored.memo[_GET_REPLY] = _found(stored).SerializeToString()
+            head = frames.PREFIX.pack(frames.MAGIC, frames.VERSION, _GET_CODE, prefix.request_id, len(body),
+                                      length) + body
+            if length > INLINE_PAYLOAD:
+                blocking.send_head_and_file(self._sock, head, stored.fd, stored.data_offset, length)
+            else:
+                self._send_inline(head, stored, 0, length)
+        finally:
+            stored.close()
+        self._tally.sent += length
+        return not self._close_after
+
+    def _failed(self, prefix: frames.FramePrefix, exc: Exception) -> bool:
+        """The answer to a request whose handler raised `exc` (called from its except clause):
+        False = close the connection. A lost stream (the peer gone, garbage) is raised again."""
+        if isinstance(exc, CurvineError):
+            if isinstance(exc, (Unavailable, ProtocolError)):
+                raise exc
+            self._drain()
+            self._send_error(prefix, exc)
+            return not self._close_after
+        if isinstance(exc, _PeerGone):
+            raise exc
+        if isinstance(exc, OSError):   # the local disk failed (EIO, EROFS...): an answer, not a crash
+            self._drain()
+            if exc.errno in OUT_OF_FDS:   # the client tries the next replica or misses
+                _log_throttled("fds", logging.ERROR, "%s for %s: out of file descriptors", prefix.op.name,
+                               self._peer)
+                self._send_error(prefix, Busy(f"worker out of file descriptors: {exc}"))
+            else:
+                _log_throttled(f"os:{exc.errno}", logging.ERROR, "%s for %s failed: %s", prefix.op.name,
+                               self._peer, exc)
+                self._send_error(prefix, CurvineError(str(exc), errno=exc.errno or errno.EIO))
+            return True
+        # A bug: answered EIO, logged with its traceback (we are inside the handler's except clause).
+        _log_throttled("internal", logging.ERROR, "internal error serving %s to %s", prefix.op.name, self._peer,
+                       exc_info=True)
+        self._send_error(prefix, CurvineError(f"internal error: {exc}"))
+        return False
 
     def _drain(self) -> None:
         if self._unread:
@@ -351,24 +398,27 @@ class Session:
                     self._sock.sendall(frame[sent:])
             elif outcome.length <= INLINE_PAYLOAD or self._tls:
                 # (On TLS, sendfile would put plaintext on the wire: the bytes are read and sent.)
-                length = outcome.length
-                payload = os.pread(stored.fd, length, stored.data_offset + outcome.offset)
-                if len(payload) != length:   # a short read of a regular file: it ended early, or a big one
-                    payload = stored.read(outcome.offset, length)
-                    if len(payload) != length:
-                        raise Corrupt("stored file is shorter than its header says")
-                frame = frames.encode(op, request_id, header, length, response=True)
-                if self._tls:
-                    blocking.send_all(self._sock, [frame, payload])
-                else:   # head and bytes in one sendmsg (the rest, in the rare case it was cut short)
-                    sent = self._sock.sendmsg([frame, payload])
-                    if sent < len(frame) + length:
-                        blocking.send_all(self._sock, [memoryview(frame + payload)[sent:]])
+                self._send_inline(frames.encode(op, request_id, header, outcome.length, response=True), stored,
+                                  outcome.offset, outcome.length)
             else:
                 blocking.send_frame_from_file(self._sock, op, request_id, header, stored.fd,
                                               stored.data_offset + outcome.offset, outcome.length)
         finally:
             stored.close()
+
+    def _send_inline(self, frame: bytes, stored: StoredFile, offset: int, length: int) -> None:
+        """A reply head and `length` stored bytes read with one `pread`, sent together."""
+        payload = os.pread(stored.fd, length, stored.data_offset + offset)
+        if len(payload) != length:   # a short read of a regular file: it ended early, or a big one
+            payload = stored.read(offset, length)
+            if len(payload) != length:
+                raise Corrupt("stored file is shorter than its header says")
+        if self._tls:
+            blocking.send_all(self._sock, [frame, payload])
+        else:   # head and bytes in one sendmsg (the rest, in the rare case it was cut short)
+            sent = self._sock.sendmsg([frame, payload])
+            if sent < len(frame) + length:
+                blocking.send_all(self._sock, [memoryview(frame + payload)[sent:]])
 
     def _send_error(self, prefix: frames.FramePrefix, exc: CurvineError) -> None:
         self._send_raw_error(int(prefix.op), prefix.request_id, exc)
@@ -426,6 +476,14 @@ class Session:
         return _Outcome(DataHeader(length=length, found=not stored_now))
 
     def _get(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
+        """GET on a short-circuit or TLS connection (plain TCP: _answer_get)."""
+        stored = self._open_for_get(header)
+        if stored is None:
+            return _Outcome(DataHeader(found=False))
+        return _Outcome(_found(stored), stored, 0, stored.header.length)
+
+    def _open_for_get(self, header: DataHeader) -> StoredFile | None:
+        """The stored object a GET asks for, open, counted as a hit; None = a miss (counted)."""
         if header.epoch and header.epoch < self._state.epoch:
             self._check_epoch(header)
         try:
@@ -436,12 +494,9 @@ class Session:
             stored = None
         if stored is None:
             self._tally.misses += 1
-            return _Outcome(DataHeader(found=False))
+            return None
         self._tally.hits += 1
-        meta = stored.header
-        reply = DataHeader(found=True, length=meta.length, checksum=meta.checksum, user_meta=meta.user_meta,
-                           chunk_checksums=meta.chunk_checksums)
-        return _Outcome(reply, stored, 0, meta.length)
+        return stored
 
     def _exists(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
         self._check_epoch(header)

@@ -24,12 +24,16 @@ class StoredFile:
     """An open stored file. The fd keeps reading the same bytes even if the file is evicted,
     deleted or replaced meanwhile. Close it (it is a context manager)."""
 
-    def __init__(self, fd: int, header: layout.StoredHeader, data_offset: int | None = None) -> None:
+    def __init__(self, fd: int, header: layout.StoredHeader, data_offset: int | None = None,
+                 memo: dict[str, bytes] | None = None) -> None:
         """`data_offset`: the header's size when the caller knows it (the fd cache keeps it:
-        computing it takes a dozen calls, on every request)."""
+        computing it takes a dozen calls, on every request). `memo`: bytes derived from `header`
+        alone (the encoded header of a GET reply), shared by every open of this very file that the
+        fd cache hands out, so they are built once per cached file, not once per request."""
         self.fd = fd
         self.header = header
         self.data_offset = header.header_size if data_offset is None else data_offset
+        self.memo: dict[str, bytes] = {} if memo is None else memo
 
     def close(self) -> None:
         if self.fd >= 0:
