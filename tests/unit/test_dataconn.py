@@ -1,6 +1,7 @@
 """The client's data connection (client/dataconn.py) against a real in-process DataServer: pipelined
-batches keep every reply matched to its request when some of them fail, and the reply-head check
-(ReplyStream.reply_head) takes what was asked for and refuses anything else with the right error.
+batches keep every reply matched to its request when some of them fail, the reply-head check
+(ReplyStream.reply_head) takes what was asked for and refuses anything else with the right error,
+and a payload is received and digested (ReplyStream.payload_digests) whichever way it arrives.
 """
 from __future__ import annotations
 
@@ -185,3 +186,47 @@ def test_a_send_cut_short_resumes_at_the_first_unsent_byte() -> None:
     joined = b"head0123456789tr"
     for sent in range(len(joined)):
         assert b"".join(bytes(p) for p in _unsent(pieces, sent)) == joined[sent:]
+
+
+@pytest.mark.parametrize("size", [1, 5000, MiB - 1, MiB, 2 * MiB + 3])
+@pytest.mark.parametrize("piece", [7, 65536])
+def test_a_payload_arrives_whole_with_its_digests_however_it_is_cut(fake: FakeReplies, size: int,
+                                                                   piece: int) -> None:
+    """Part of it with the head, the rest in pieces: the buffer holds exactly the bytes sent and
+    the digests are those of its chunks."""
+    payload = os.urandom(size)
+    frame = reply(Op.GET, 4, DataHeader(found=True, length=size), payload)
+    sender = threading.Thread(target=lambda: [fake.send(frame[i:i + piece]) for i in range(0, len(frame), piece)])
+    sender.start()
+    try:
+        length, header = fake.stream.reply_head(Op.GET, 4, 4 * MiB)
+        out = memoryview(bytearray(length))
+        digests = fake.stream.payload_digests(out)
+    finally:
+        sender.join()
+    assert header.found and length == size
+    assert bytes(out) == payload and digests == layout.chunk_digests(payload)
+
+
+def test_a_peer_gone_mid_payload_is_unavailable(fake: FakeReplies) -> None:
+    fake.send(reply(Op.GET, 4, DataHeader(found=True, length=100), b"x" * 100)[:-40])
+    fake.theirs.shutdown(socket.SHUT_WR)
+    length, _ = fake.stream.reply_head(Op.GET, 4, 1024)
+    with pytest.raises(Unavailable, match="closed after 60 of 100 bytes"):
+        fake.stream.payload_digests(memoryview(bytearray(length)))
+
+
+def test_a_malformed_header_that_came_whole_is_a_protocol_error(fake: FakeReplies) -> None:
+    fake.send(frames.PREFIX.pack(frames.MAGIC, frames.VERSION, int(Op.GET) | frames.RESPONSE_BIT, 7, 3, 0)
+              + b"\xff\xff\xff")
+    with pytest.raises(ProtocolError, match="malformed frame header"):
+        fake.stream.reply_head(Op.GET, 7, 1024)
+
+
+def test_a_get_into_a_buffer_too_small_is_refused_and_the_connection_stays_in_sync(conn: WorkerConnection) -> None:
+    put(conn, "big", b"0123456789")
+    with pytest.raises(InvalidArgument, match="too small"):
+        conn.request(Op.GET, DataHeader(key="big"), out=memoryview(bytearray(4)), digest=True)
+    reply = conn.request(Op.GET, DataHeader(key="big"), out=memoryview(bytearray(16)), digest=True)
+    assert reply.payload is not None and bytes(reply.payload) == b"0123456789"
+    assert reply.digests == layout.chunk_digests(b"0123456789")

@@ -483,3 +483,24 @@ def test_short_circuit_fd_outlives_eviction(unix_path: str, client: WireClient, 
 
 def test_prefix_struct_is_what_the_helper_assumes() -> None:
     assert struct.calcsize("<2sBBIIQ") == frames.PREFIX_SIZE
+
+
+@pytest.mark.parametrize("size", [100, 3 * MiB])   # a reply sent inline, one sent by sendfile
+def test_every_get_of_a_cached_object_answers_what_a_fresh_reply_would(client: WireClient, size: int) -> None:
+    """A GET's reply header is encoded once per cached stored file and reused: every GET of it
+    carries the header a first one did, and once the key is deleted and put again with other
+    bytes and metadata, the new copy's header, never the old one."""
+    first = os.urandom(size)
+    client.put("memo", first, user_meta=b"one")
+    replies = [client.get("memo") for _ in range(3)]
+    for header, payload in replies:
+        assert payload == first and header.user_meta == b"one" and header.length == size
+        assert header.checksum == layout.object_checksum(first) and client_verifies(payload, header)
+    assert replies[0][0] == replies[1][0] == replies[2][0]
+    assert client.call(Op.DELETE, DataHeader(key="memo")).found
+    second = os.urandom(size + 1)
+    client.put("memo", second, user_meta=b"two")
+    for _ in range(2):
+        header, payload = client.get("memo")
+        assert payload == second and header.user_meta == b"two" and header.length == size + 1
+        assert header.checksum == layout.object_checksum(second) and client_verifies(payload, header)
