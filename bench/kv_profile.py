@@ -6,7 +6,9 @@
 One master + one worker on loopback (the client on another node name: TCP), serial gets and puts
 of each size; for each (size, op): wall us per request and CPU us per request in the client and
 in the worker (schedstat), next to the Reno raw pair (bench/rawpair.py) doing the same requests.
-KV minus raw at the same size is the fixed cost per request (the bytes are copied once by both).
+KV minus raw at the same size is the fixed cost per request (the bytes are copied once by both);
+gets are also measured against the verifying raw pair (`raw vget`: its receiver hashes each 1 MiB
+as it lands, as our client verifies every chunk), whose difference leaves the hash out.
 With --profile, the client runs under cProfile and the worker's connections too
 (CURVINE_PROFILE_DIR, worker/server.py), both on the thread's CPU clock (a wait for the peer costs
 nothing); the top entries by own CPU time are printed per op, with the calls per request.
@@ -79,6 +81,8 @@ def run_case(cluster: Any, raw: RawClient, raw_pid: int, worker_pid: int, size: 
     for _ in range(args.repeats):
         serial[0] += 1
         rows.setdefault(f"raw {op}", []).append(measure(baseline, args.count, raw_pid))
+        if op == "get":
+            rows.setdefault("raw vget", []).append(measure(lambda _i: raw.get(out, verify=True), args.count, raw_pid))
         if profiler:
             profiler.enable()
         rows.setdefault(f"kv {op}", []).append(measure(subject, args.count, worker_pid))
@@ -115,6 +119,9 @@ def report(size: int, args: argparse.Namespace, rows: dict[str, list[tuple[float
         kvr, rawr = rows[f"kv {op}"], rows[f"raw {op}"]
         fixed = [statistics.median(a[i] - b[i] for a, b in zip(kvr, rawr, strict=True)) for i in range(3)]
         print(f"  {op} KV - raw: wall {fixed[0]:.1f}, client CPU {fixed[1]:.1f}, worker CPU {fixed[2]:.1f}")
+    kvr, rawr = rows["kv get"], rows["raw vget"]
+    fixed = [statistics.median(a[i] - b[i] for a, b in zip(kvr, rawr, strict=True)) for i in range(3)]
+    print(f"  get KV - verifying raw: wall {fixed[0]:.1f}, client CPU {fixed[1]:.1f}, worker CPU {fixed[2]:.1f}")
 
 
 def full_cache(root: pathlib.Path, capacity_mib: int, sizes: list[int], args: argparse.Namespace) -> None:

@@ -12,6 +12,11 @@ Congestion control, two modes (`congestion=`), the same on both ends of a connec
                       host's default (BBR on the bench machine).
 Connections that do not come from loopback keep the host's default in both modes.
 
+A verifying receiver (`RawClient.get(out, verify=True)`) hashes each 1 MiB of a get with xxh3-64 as
+it lands, as our client verifies every chunk: the baseline of the issue's "gap that verification
+leaves" (14-32 MiB gets). It only computes the digests (nothing to compare them with: the raw server
+stores none), which is the work a verifying receiver adds.
+
 Run as a script (also inside a network namespace): `python bench/rawpair.py HOST WORKDIR [reno|host]`
 prints its port, then serves until it gets a Q(uit) request or is killed.
 """
@@ -28,7 +33,10 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 
+import xxhash
+
 REQUEST = struct.Struct("<cQ")  # op (b"G" | b"P" | b"Q"), size
+CHUNK = 1 << 20   # what a verifying receiver hashes at a time (our chunk digests: core/layout.py)
 CONGESTION_MODES = ("reno", "host")
 
 
@@ -112,9 +120,17 @@ class RawClient:
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         set_congestion(self._sock, congestion)
 
-    def get(self, out: memoryview) -> None:
+    def get(self, out: memoryview, verify: bool = False) -> None:
+        """`len(out)` bytes into `out`; with `verify`, each 1 MiB is hashed right after it lands
+        (while still in cache), as a verifying client does."""
         self._sock.sendall(REQUEST.pack(b"G", len(out)))
-        recv_exactly_into(self._sock, out)
+        if not verify:
+            recv_exactly_into(self._sock, out)
+            return
+        for start in range(0, len(out), CHUNK):
+            piece = out[start:start + CHUNK]
+            recv_exactly_into(self._sock, piece)
+            xxhash.xxh3_64_intdigest(piece)
 
     def put(self, data: memoryview) -> None:
         self._sock.sendall(REQUEST.pack(b"P", len(data)))
