@@ -57,31 +57,33 @@ class _MountWay:
 def _counted(op: str, handler: Handler, metrics: MountMetrics, mount_way: _MountWay) -> Handler:
     # Every child resolved once, here, and every one a local child (observe/local.py): a
     # `labels()` call per request, then prometheus-client's own `inc` and `observe`, were most of
-    # what the wrapper cost a `stat` (docs/benchmarks.md notes:restructuring).
+    # what the wrapper cost a `stat` (docs/benchmarks.md notes:restructuring). Counts are bumped
+    # on `.value` itself, not through `inc()`: one Python call fewer per request, on the one
+    # writer thread the children allow.
     requests = metrics.requests.labels(op=op)
     latency = metrics.request_latency.labels(op=op)
     hits, misses, sent, received = mount_way.hits, mount_way.misses, mount_way.sent, mount_way.received
 
     @functools.wraps(handler)
     async def counted(*args: Any, **kwargs: Any) -> Any:
-        requests.inc()
+        requests.value += 1
         start = time.perf_counter()
         try:
             result = await handler(*args, **kwargs)
         except BaseException as exc:
             if op == "lookup" and _is_miss(exc):
-                misses.inc()
+                misses.value += 1
             else:
                 metrics.errors.record(exc)
             raise
         finally:
             latency.observe(time.perf_counter() - start)
         if op == "lookup":
-            (hits if getattr(result, "st_ino", 0) else misses).inc()
+            (hits if getattr(result, "st_ino", 0) else misses).value += 1
         elif op == "read":
-            sent.inc(len(result))
+            sent.value += len(result)
         elif op == "write":
-            received.inc(int(result))
+            received.value += int(result)
         return result
 
     return counted
