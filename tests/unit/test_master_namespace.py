@@ -272,17 +272,15 @@ def test_truncate_changes_size_mtime_and_ctime(ns: Namespace) -> None:
     assert grown.size == 12345 and grown.mtime_ns > f.mtime_ns and grown.ctime_ns > f.ctime_ns
 
 
-def test_truncate_to_one_petabyte_is_sparse_and_instant(ns: Namespace) -> None:
-    import time
-
+def test_truncate_to_one_petabyte_is_sparse(ns: Namespace) -> None:
+    """Growing a file records a size and nothing else: no block rows, nothing stored (so its cost
+    cannot depend on the size; no timing needed to show it)."""
     f = mkfile(ns, "huge")
-    start = time.perf_counter()
     big = ns.setattr(f.ino, SetAttrChanges(size=10**15))
-    elapsed = time.perf_counter() - start
-    assert big.size == 10**15
+    assert big.size == 10**15 and big.stored_bytes == 0
     assert ns.get_blocks(f.ino).blocks == ()
     assert ns.counts().blocks == 0
-    assert elapsed < 0.5
+    assert ns.getattr(f.ino).size == 10**15
 
 
 # ---------------------------------------------------------------------------------------------- links, unlink
