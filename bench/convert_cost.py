@@ -7,11 +7,12 @@ hot-directory prefetch that pays does, fuse/names.py) and the master's (the stor
 values; domain -> protobuf -> bytes). The figures behind docs/benchmarks.md notes:restructuring.
 
     .venv/bin/python -m bench.convert_cost [--entries 512] [--repeats 9]
-    .venv/bin/python bench/convert_cost.py ab OUT.json NAME=CHECKOUT NAME=CHECKOUT [--rounds K]
+    .venv/bin/python bench/convert_cost.py ab OUT.json NAME=CHECKOUT NAME=CHECKOUT [--repeats 31]
 
-`ab` runs the measurement for each checkout in turn (PYTHONPATH=CHECKOUT, this file's code), K
-rounds, the order alternating, and prints per side the median over rounds and the ratio to the
-first side. Only the API both sides share is used (DirEntry(name, attr), dir_page_from_pb,
+`ab` starts one worker per checkout (PYTHONPATH=CHECKOUT, this file's code) and asks them for a
+sample of each row in turns, the order alternating, so both see the same load; it prints per side
+the median (and min) over the samples and the median of the per-sample ratios to the first side.
+Only the API both sides share is used (DirEntry(name, attr), dir_page_from_pb,
 readdir_reply, NameCache.fill/get, Namespace.create/readdir).
 """
 from __future__ import annotations
@@ -44,7 +45,8 @@ def per_call_us(fn: Callable[[], object], loops: int, repeats: int) -> float:
     return statistics.median(samples)
 
 
-def measure(entries: int, loops: int, repeats: int) -> dict[str, float]:
+def workloads(entries: int) -> tuple[dict[str, Callable[[], object]], Callable[[], None]]:
+    """Each row's work (one call = one page), and what closes its store."""
     from curvine_py.core.domain import Attr, DirEntry, FileType, InodeId
     from curvine_py.core.posix import ROOT_INO
     from curvine_py.fuse.names import NameCache
@@ -58,7 +60,6 @@ def measure(entries: int, loops: int, repeats: int) -> dict[str, float]:
             for i in range(entries)]
     wire = convert.readdir_reply(page, more=True).SerializeToString()
     reply = mpb.ReadDirReply.FromString(wire)
-
     # A listing reads every entry's attributes: with `eager` where the checkout has it (fuse/readdir.py
     # and readdir_all ask for it), by default otherwise.
     eager = "eager" in inspect.signature(convert.dir_page_from_pb).parameters
@@ -76,66 +77,107 @@ def measure(entries: int, loops: int, repeats: int) -> dict[str, float]:
         for name in served:
             cache.get(7, name)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        ns = Namespace(str(pathlib.Path(tmp) / "meta.db"))
-        for entry in page:
-            ns.create(ROOT_INO, entry.name, FileType.REGULAR)
-        result = {
-            "parse_us": per_call_us(lambda: mpb.ReadDirReply.FromString(wire), loops, repeats),
-            "to_domain_us": per_call_us(lambda: convert.dir_page_from_pb(reply), loops, repeats),
-            "listing_us": per_call_us(lambda: every_attr(listing_page), loops, repeats),
-            "default_all_attrs_us": per_call_us(lambda: every_attr(convert.dir_page_from_pb), loops, repeats),
-            "name_cache_page_us": per_call_us(name_cache_page, loops, repeats),
-            "master_store_readdir_us": per_call_us(lambda: ns.readdir(ROOT_INO, "", entries), loops, repeats),
-            "master_build_and_serialize_us": per_call_us(
-                lambda: convert.readdir_reply(page, more=True).SerializeToString(), loops, repeats),
-        }
+    tmp = tempfile.TemporaryDirectory()
+    ns = Namespace(str(pathlib.Path(tmp.name) / "meta.db"))
+    for entry in page:
+        ns.create(ROOT_INO, entry.name, FileType.REGULAR)
+
+    def close() -> None:
         ns.close()
-    return result
+        tmp.cleanup()
+
+    return {
+        "parse_us": lambda: mpb.ReadDirReply.FromString(wire),
+        "to_domain_us": lambda: convert.dir_page_from_pb(reply),
+        "listing_us": lambda: every_attr(listing_page),
+        "default_all_attrs_us": lambda: every_attr(convert.dir_page_from_pb),
+        "name_cache_page_us": name_cache_page,
+        "master_store_readdir_us": lambda: ns.readdir(ROOT_INO, "", entries),
+        "master_build_and_serialize_us": lambda: convert.readdir_reply(page, more=True).SerializeToString(),
+    }, close
 
 
-def ab(out: str, sides: list[tuple[str, str]], rounds: int, extra: list[str]) -> None:
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in sides}
-    loads = []
-    for r in range(rounds):
-        order = sides if r % 2 == 0 else sides[::-1]
-        for name, checkout in order:
-            env = dict(os.environ, PYTHONPATH=checkout)
-            done = subprocess.run([sys.executable, __file__, "one", *extra], env=env, check=True,
-                                  capture_output=True, text=True)
-            runs[name].append(json.loads(done.stdout))
-        loads.append(os.getloadavg()[0])
+def measure(entries: int, loops: int, repeats: int) -> dict[str, float]:
+    rows, close = workloads(entries)
+    try:
+        return {row: per_call_us(rows[row], loops, repeats) for row in ROWS}
+    finally:
+        close()
+
+
+def serve(entries: int, loops: int) -> None:
+    """ab's worker: for each row name read from stdin, one sample of it (us per page) on stdout."""
+    rows, close = workloads(entries)
+    print("ready", flush=True)
+    try:
+        for line in sys.stdin:
+            print(per_call_us(rows[line.strip()], loops, 1), flush=True)
+    finally:
+        close()
+
+
+def ab(out: str, sides: list[tuple[str, str]], repeats: int, entries: int, loops: int) -> None:
+    """One worker per checkout, asked for a sample of each row in turns (the order alternating),
+    so both sides see the same load within a fraction of a second; ratios are the medians of the
+    per-sample ratios to the first side."""
+    workers = {}
+    for name, checkout in sides:
+        workers[name] = subprocess.Popen(
+            [sys.executable, __file__, "serve", "--entries", str(entries), "--loops", str(loops)],
+            env=dict(os.environ, PYTHONPATH=checkout), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert workers[name].stdout is not None and workers[name].stdout.readline().strip() == "ready"
+    samples: dict[str, dict[str, list[float]]] = {name: {row: [] for row in ROWS} for name, _ in sides}
+    loads = [os.getloadavg()[0]]
+    try:
+        for r in range(repeats):
+            for row in ROWS:
+                for name, _ in (sides if r % 2 == 0 else sides[::-1]):
+                    worker = workers[name]
+                    assert worker.stdin is not None and worker.stdout is not None
+                    worker.stdin.write(row + "\n")
+                    worker.stdin.flush()
+                    samples[name][row].append(float(worker.stdout.readline()))
+            loads.append(os.getloadavg()[0])
+    finally:
+        for worker in workers.values():
+            assert worker.stdin is not None
+            worker.stdin.close()
+            worker.wait()
     base = sides[0][0]
-    summary = {name: {row: statistics.median(run[row] for run in runs[name]) for row in ROWS} for name in runs}
-    report: dict[str, Any] = {"sides": dict(sides), "rounds": rounds, "load_1min": loads, "runs": runs,
-                              "median": summary}
+    summary = {name: {row: {"median": statistics.median(samples[name][row]), "min": min(samples[name][row]),
+                            "ratio": statistics.median(x / y for x, y in zip(samples[name][row], samples[base][row],
+                                                                             strict=True))}
+                      for row in ROWS} for name, _ in sides}
+    report = {"sides": dict(sides), "entries": entries, "loops": loops, "repeats": repeats, "load_1min": loads,
+              "samples": samples, "summary": summary}
     pathlib.Path(out).write_text(json.dumps(report, indent=1) + "\n")
-    print(f"load (1 min) after each round: {', '.join(f'{x:.1f}' for x in loads)}")
-    print("| row | " + " | ".join(name for name, _ in sides) + " | " +
-          " | ".join(f"{name} / {base}" for name, _ in sides[1:]) + " |")
+    print(f"load (1 min): {min(loads):.1f}-{max(loads):.1f}")
+    others = [name for name, _ in sides[1:]]
+    print("| row | " + " | ".join(f"{name}: median (min)" for name, _ in sides) + " | " +
+          " | ".join(f"{name} / {base}" for name in others) + " |")
     for row in ROWS:
-        cells = [f"{summary[name][row]:,.0f}" for name, _ in sides]
-        ratios = [f"{summary[name][row] / summary[base][row]:.2f}" for name, _ in sides[1:]]
-        print(f"| {row} | " + " | ".join(cells + ratios) + " |")
+        cells = [f"{summary[name][row]['median']:,.0f} ({summary[name][row]['min']:,.0f})" for name, _ in sides]
+        print(f"| {row} | " + " | ".join(cells + [f"{summary[name][row]['ratio']:.2f}" for name in others]) + " |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", nargs="?", default="one", choices=("one", "ab"))
+    parser.add_argument("mode", nargs="?", default="one", choices=("one", "ab", "serve"))
     parser.add_argument("out", nargs="?", help="ab: the JSON file to write")
     parser.add_argument("sides", nargs="*", help="ab: NAME=CHECKOUT, the first is the baseline")
     parser.add_argument("--entries", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--loops", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=9, help="samples of each row (ab: per side)")
+    parser.add_argument("--loops", type=int, default=20, help="pages per sample")
     args = parser.parse_args()
     if args.mode == "ab":
         if not args.out or len(args.sides) < 2 or not all("=" in s for s in args.sides):
             parser.error("ab needs OUT.json and at least two NAME=CHECKOUT")
-        extra = ["--entries", str(args.entries), "--repeats", str(args.repeats), "--loops", str(args.loops)]
-        ab(args.out, [(name, tree) for name, tree in (s.split("=", 1) for s in args.sides)], args.rounds, extra)
-        return
-    print(json.dumps(measure(args.entries, args.loops, args.repeats), indent=1))
+        ab(args.out, [(name, tree) for name, tree in (s.split("=", 1) for s in args.sides)], args.repeats,
+           args.entries, args.loops)
+    elif args.mode == "serve":
+        serve(args.entries, args.loops)
+    else:
+        print(json.dumps(measure(args.entries, args.loops, args.repeats), indent=1))
 
 
 if __name__ == "__main__":

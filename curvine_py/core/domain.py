@@ -26,7 +26,7 @@ XATTR_CREATE = 1             # setxattr(2) flags; the same values travel on the 
 XATTR_REPLACE = 2
 
 T = TypeVar("T")
-_set = object.__setattr__     # DirEntry's own fields, past its frozen __setattr__
+_set = object.__setattr__     # a deferred DirEntry's own fields, past the frozen __setattr__
 
 PLACEMENT_HASH = "hash"
 PLACEMENT_LOCAL = "local"
@@ -101,59 +101,36 @@ def blank_attr(ino: InodeId, type: FileType = FileType.UNSPECIFIED) -> Attr:
     return Attr(ino=ino, type=type, mode=0, uid=0, gid=0, size=0, nlink=0, atime_ns=0, mtime_ns=0, ctime_ns=0)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
 class DirEntry:
-    """A name in a directory and its inode's attributes: frozen, compared and hashed by (name,
-    attr) like the dataclasses here. Hand-written (not a dataclass) so that an entry read off the
-    wire can build its Attr on first use (`deferred`): a 512-entry ReadDir page built every Attr
-    up front for 3-5 us each (bench/convert_cost.py), while the mount's name cache (fuse/names.py)
-    serves a few names of most pages it fetches and reads only their names and inode numbers.
+    """A name in a directory and its inode's attributes, compared and hashed by (name, attr).
 
-    `ino` is the attributes' inode number, known without building them.
+    An entry read off the wire may build its Attr on first use (`deferred`, a subclass whose `attr`
+    is a property over this class's slot): a 512-entry ReadDir page built every Attr up front for
+    2.5-4 us each (bench/convert_cost.py), while the mount's name cache (fuse/names.py) serves a few
+    names of most pages it fetches and reads only their names and inode numbers. An entry built
+    here keeps plain slot reads (a listing reads every attr, some twice). Hence eq=False and the
+    comparison below: a deferred entry equals the plain one with the same name and attributes.
     """
 
-    __slots__ = ("_attr", "_convert", "_raw", "ino", "name")
-    __match_args__ = ("name", "attr")
-
     name: str
-    ino: InodeId
-    _attr: Attr | None
-    _raw: object                           # a deferred entry's undecoded attributes (None once built)
-    _convert: Callable[[Any], Attr] | None
+    attr: Attr
 
-    def __init__(self, name: str, attr: Attr) -> None:
-        _set(self, "name", name)
-        _set(self, "ino", attr.ino)
-        _set(self, "_attr", attr)
+    @property
+    def ino(self) -> InodeId:
+        """The attributes' inode number (a deferred entry knows it without building them)."""
+        return self.attr.ino
 
-    @classmethod
-    def deferred(cls, name: str, ino: InodeId, convert: Callable[[T], Attr], raw: T) -> DirEntry:
+    @staticmethod
+    def deferred(name: str, ino: InodeId, convert: Callable[[T], Attr], raw: T) -> DirEntry:
         """An entry whose attributes are `convert(raw)`, built when first read (once: the result
         is kept and `raw` dropped). `convert` must be pure and give an Attr of inode `ino`."""
-        entry = object.__new__(cls)
+        entry = object.__new__(_DeferredEntry)
         _set(entry, "name", name)
         _set(entry, "ino", ino)
-        _set(entry, "_attr", None)
         _set(entry, "_raw", raw)
         _set(entry, "_convert", convert)
         return entry
-
-    @property
-    def attr(self) -> Attr:
-        attr = self._attr
-        if attr is None:
-            # Two threads reading a new entry at once both build it: equal values, either kept.
-            assert self._convert is not None
-            attr = self._convert(self._raw)
-            _set(self, "_attr", attr)
-            _set(self, "_raw", None)
-            _set(self, "_convert", None)
-        return attr
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DirEntry):
@@ -163,11 +140,41 @@ class DirEntry:
     def __hash__(self) -> int:
         return hash((self.name, self.attr))
 
-    def __repr__(self) -> str:
-        return f"DirEntry(name={self.name!r}, attr={self.attr!r})"
-
     def __reduce__(self) -> tuple[type[DirEntry], tuple[str, Attr]]:
         return DirEntry, (self.name, self.attr)
+
+
+_ATTR_SLOT = DirEntry.__dict__["attr"]    # the slot under _DeferredEntry's property
+
+
+class _DeferredEntry(DirEntry):
+    __slots__ = ("_convert", "_raw", "ino")
+    ino: InodeId                           # known off the wire (the base reads it from attr)
+    _raw: object                           # the undecoded attributes (None once built)
+    _convert: Callable[[Any], Attr] | None
+
+    @property
+    def attr(self) -> Attr:
+        try:
+            return _ATTR_SLOT.__get__(self, DirEntry)   # type: ignore[no-any-return]
+        except AttributeError:             # not built yet
+            pass
+        # Two threads reading a new entry at once both build it: equal values, either kept.
+        assert self._convert is not None
+        attr = self._convert(self._raw)
+        _ATTR_SLOT.__set__(self, attr)
+        _set(self, "_raw", None)
+        _set(self, "_convert", None)
+        return attr
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __repr__(self) -> str:
+        return f"DirEntry(name={self.name!r}, attr={self.attr!r})"
 
 
 @dataclass(frozen=True, slots=True)
