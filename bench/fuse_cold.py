@@ -2,8 +2,10 @@
 checkouts of the mount side by side in one run.
 
 One master and one worker from this checkout; a writer mount fills the files; one reader mount per
-`--checkout NAME=DIR` (default: this checkout only), each started from DIR's code and with a node
-name of its own (not the worker's: every read goes over TCP). Each repeat reads cold (pages
+`--checkout NAME=DIR[,KEY=VALUE...]` (default: this checkout only), each started from DIR's code,
+with the KEY=VALUE pairs in its environment (CURVINE_* settings: variants of one checkout) and a
+node name of its own (not the worker's: every read goes over TCP; `--local` names the worker's
+node instead: short-circuit reads of blocks whose owner runs there). Each repeat reads cold (pages
 evicted first) through every reader mount in turn, so the checkouts share the machine's drift:
 - sequential: one file in 1 MiB reads into a page-aligned buffer;
 - fs:// pattern: `--files` files at once, each as LMCache's fs connector reads it (a 28-byte
@@ -105,7 +107,7 @@ def measure(read: Callable[[], int], expected: int, mount: Mount, worker_pid: in
             "short": float(total != expected)}
 
 
-def run(root: pathlib.Path, checkouts: dict[str, pathlib.Path], args: Any) -> dict[str, Any]:
+def run(root: pathlib.Path, checkouts: dict[str, tuple[pathlib.Path, dict[str, str]]], args: Any) -> dict[str, Any]:
     seq_bytes = args.size_mib * MiB
     readers = Readers(seq_bytes, args.files)
     samples: dict[str, dict[str, list[dict[str, float]]]] = {p: {n: [] for n in checkouts} for p in PATTERNS}
@@ -116,8 +118,9 @@ def run(root: pathlib.Path, checkouts: dict[str, pathlib.Path], args: Any) -> di
         writer = stack.enter_context(Mount(cluster.master_address, root / "mnt-writer", args=["--node", "bench-writer"]))
         mounts = {name: stack.enter_context(Mount(
             cluster.master_address, root / f"mnt-{name}", prefix=["env", f"--chdir={tree}"],
-            env={"PYTHONPATH": str(tree)}, args=["--node", f"bench-reader-{name}", "--metrics-port", "-1"]))
-            for name, tree in checkouts.items()}
+            env={"PYTHONPATH": str(tree), **env},
+            args=["--node", "bench-worker" if args.local else f"bench-reader-{name}", "--metrics-port", "-1"]))
+            for name, (tree, env) in checkouts.items()}
         source = aligned(MiB)
         source[:] = os.urandom(MiB)
         for name, size in [("seq", seq_bytes)] + [(f"fs{i}", FS_HEADER + FS_CHUNK) for i in range(args.files)]:
@@ -153,9 +156,11 @@ def summarize(samples: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str
 
 def render(payload: dict[str, Any]) -> str:
     params = payload["parameters"]
+    where = ("on the worker's node (short-circuit reads)" if params.get("local")
+             else "on another node name than the worker's (TCP)")
     lines = ["## Cold reads through the mount: CPU per MiB by process (`python -m bench.fuse_cold`)", "",
              common.machine_line(payload["machine"]), "",
-             (f"One worker; reader mounts on another node name than the worker's (TCP), one per checkout: "
+             (f"One worker; reader mounts {where}, one per checkout: "
              f"{', '.join(f'`{n}` ({d})' for n, d in params['checkouts'].items())}. Sequential: a {params['size_mib']} MiB file; "
              f"fs:// pattern: {params['files']} x 32 MiB files at once. Cold (pages evicted first), medians of "
              f"{params['repeats']} repeats, checkouts interleaved in each; ratios are medians of per-repeat ratios to "
@@ -175,22 +180,28 @@ def render(payload: dict[str, Any]) -> str:
 
 def main(argv: list[str]) -> int:
     p = common.parser(NAME, __doc__.splitlines()[0], repeats=7)
-    p.add_argument("--checkout", action="append", default=[], metavar="NAME=DIR",
-                   help="a reader mount run from DIR's code (repeatable; default: this checkout, as 'this')")
+    p.add_argument("--checkout", action="append", default=[], metavar="NAME=DIR[,KEY=VALUE...]",
+                   help="a reader mount run from DIR's code, with KEY=VALUE in its environment (repeatable; "
+                        "default: this checkout, as 'this')")
+    p.add_argument("--local", action="store_true",
+                   help="reader mounts on the worker's node (short-circuit reads) instead of another (TCP)")
     p.add_argument("--size-mib", type=int, default=256, help="sequential file size (default 256)")
     p.add_argument("--files", type=int, default=8, help="32 MiB files read at once in the fs:// pattern (default 8)")
     p.add_argument("--dir", default="/var/tmp", help="where data dirs live (default /var/tmp)")
     args = p.parse_args(argv)
     if args.quick:
         args.repeats, args.size_mib, args.files = min(args.repeats, 2), min(args.size_mib, 64), min(args.files, 2)
-    checkouts: dict[str, pathlib.Path] = {}
+    checkouts: dict[str, tuple[pathlib.Path, dict[str, str]]] = {}
     for spec in args.checkout or [f"this={common.REPO}"]:
-        name, sep, tree = spec.partition("=")
-        if not sep or not name or not (pathlib.Path(tree) / "curvine_py" / "fuse" / "main.py").is_file():
-            p.error(f"--checkout {spec!r}: want NAME=DIR, DIR a curvine-py checkout")
+        name, sep, rest = spec.partition("=")
+        tree, *pairs = rest.split(",")
+        env = dict(pair.partition("=")[::2] for pair in pairs)
+        if (not sep or not name or not (pathlib.Path(tree) / "curvine_py" / "fuse" / "main.py").is_file()
+                or not all(key and value for key, value in env.items())):
+            p.error(f"--checkout {spec!r}: want NAME=DIR[,KEY=VALUE...], DIR a curvine-py checkout")
         if name in checkouts:
             p.error(f"--checkout {spec!r}: {name} named twice")
-        checkouts[name] = pathlib.Path(tree).resolve()
+        checkouts[name] = (pathlib.Path(tree).resolve(), env)
     info = common.machine()
     root = pathlib.Path(tempfile.mkdtemp(prefix="curvine-bench-fuse-cold-", dir=args.dir))
     try:
@@ -198,7 +209,9 @@ def main(argv: list[str]) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     payload = {"benchmark": NAME, "machine": info,
-               "parameters": {"checkouts": {n: str(d) for n, d in checkouts.items()}, "size_mib": args.size_mib,
+               "parameters": {"checkouts": {n: " ".join([str(d), *(f"{k}={v}" for k, v in e.items())])
+                                            for n, (d, e) in checkouts.items()},
+                              "local": args.local, "size_mib": args.size_mib,
                               "files": args.files, "repeats": args.repeats, "quick": args.quick},
                "samples": samples, "summary": summarize(samples)}
     common.publish(NAME, args, payload, render(payload))
