@@ -135,6 +135,9 @@ class MountConfig:
     fuse_read_ahead: int = 0          # bytes the mount itself fetches ahead of a sequential reader
     fuse_data_threads: int = 8        # concurrent data calls; 2-core machines gain nothing beyond
     fuse_trio_reads: bool = True      # reads on trio sockets (fuse/dataplane.py) when possible
+    fuse_fetch_ahead: int = 32 * MiB  # bytes fetched ahead of each read in threads (fuse/prefetch.py); 0: off
+    fuse_fetch_budget: int = 256 * MiB    # all the mount's fetched-ahead chunks together
+    fuse_fetch_threads: int = 2       # runs received at once (fuse/threadfetch.py)
     fuse_switch_interval: float = 0.0005   # sys.setswitchinterval (see fuse/main.py)
     metrics_port: int = 0             # Prometheus /metrics (observe/); 0 = off, -1 = any free port
     metrics_host: str = "127.0.0.1"   # the address of that port
@@ -142,13 +145,14 @@ class MountConfig:
     def __post_init__(self) -> None:
         if self.atime not in ("relatime", "strictatime", "noatime"):
             raise InvalidArgument(f"config atime must be relatime, strictatime or noatime, not {self.atime!r}")
-        for name in ("attr_timeout", "entry_timeout", "negative_timeout", "fuse_read_ahead"):
+        for name in ("attr_timeout", "entry_timeout", "negative_timeout", "fuse_read_ahead", "fuse_fetch_ahead",
+                     "fuse_fetch_budget"):
             if getattr(self, name) < 0:
                 raise InvalidArgument(f"config {name} must be >= 0")
         for name in ("deadline_s", "fuse_switch_interval"):
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"config {name} must be > 0")
-        for name in ("read_ahead_kb", "max_tasks", "max_background", "fuse_data_threads"):
+        for name in ("read_ahead_kb", "max_tasks", "max_background", "fuse_data_threads", "fuse_fetch_threads"):
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"config {name} must be >= 1")
 

@@ -51,6 +51,7 @@ from curvine_py.core.layout import CHUNK_SIZE as CHUNK
 from curvine_py.core.posix import SetAttrChanges, kill_suid_sgid, needs_kill
 from curvine_py.core.rules import verifiable_range
 from curvine_py.fuse.atime import AtimeUpdates
+from curvine_py.fuse.blockrecv import BlockReceiver
 from curvine_py.fuse.context import MountContext
 from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
 from curvine_py.fuse.pagecache import Version
@@ -58,6 +59,7 @@ from curvine_py.fuse.prefetch import ChunkRuns
 from curvine_py.fuse.readbuf import POOLED
 from curvine_py.fuse.session import SessionTask
 from curvine_py.fuse.state import FileHandle, OpenFile
+from curvine_py.fuse.threadfetch import ThreadedFetch
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +71,29 @@ def appends(flags: int) -> bool:
 
 class Files:
     def __init__(self, ctx: MountContext, session: SessionTask, *, reader: TrioBlockReader | None = None,
-                 read_ahead: int = 0, atime: AtimeUpdates | None = None) -> None:
+                 read_ahead: int = 0, atime: AtimeUpdates | None = None, fetch_ahead: int = 0,
+                 fetch_budget: int = 0, fetch_threads: int = 2) -> None:
         self.ctx = ctx
         self.atime = atime
         self.session = session
         self.reader = reader
-        # Whole-chunk reads from TCP owners go through runs of chunks (prefetch.py).
-        self.runs = ChunkRuns(reader) if reader is not None else None
+        # Whole-chunk reads go through runs of chunks (prefetch.py): fetched on the trio sockets
+        # from TCP owners, or, with `fetch_ahead`, in threads (threadfetch.py) from any owner,
+        # `fetch_ahead` bytes ahead of each read, within `fetch_budget` bytes for the whole mount.
+        self.runs: ChunkRuns | None = None
+        self.fetch: ThreadedFetch | None = None
+        if reader is not None and fetch_ahead > 0:
+            config = ctx.client.config
+            receiver = None if config.tls_cert or config.tls_ca else BlockReceiver(
+                token=config.token, timeout_s=ctx.client.blocks.deadline_s, max_payload=config.max_payload,
+                per_worker=fetch_threads)
+            fetch = self.fetch = ThreadedFetch(ctx.client.blocks, receiver, threads=fetch_threads,
+                                               is_local=ctx.client.io.is_local)
+            self.runs = ChunkRuns(reader, ahead=fetch_ahead, budget=max(fetch_budget, 4 * CHUNK),
+                                  fetch=fetch.read)
+        elif reader is not None:
+            self.runs = ChunkRuns(reader)
+        self._peek = aligned(4096)      # a target for learning the next block of a file
         # Bytes fetched ahead of a sequential reader, in the background: the kernel's own read-ahead
         # (4 MiB) keeps a few 1 MiB requests in flight; these find their chunk already fetched.
         self.read_ahead = read_ahead
@@ -225,10 +243,17 @@ class Files:
             return None
         length, pieces = plan
         try:
-            if self.runs is not None and len(pieces) == 1 and self.runs.wanted(view, pieces[0][0], len(out)):
+            runs = self.runs
+            if runs is not None and len(pieces) == 1:
                 block, inner, target = pieces[0]
-                got = await self._from_runs(view, block, inner, target, whole=len(target) == length)
-                return got if isinstance(got, memoryview) else length
+                # Through runs: whole-chunk reads, reads of chunks already listed, and (fetching
+                # ahead) the first read of a file, which starts the fetch of its first `ahead` bytes.
+                if runs.wanted(view, block, len(out), first=offset < CHUNK) or runs.listed(block, inner):
+                    self._fetch_ahead(opened, view, block, inner)
+                    got = await self._from_runs(view, block, inner, target, whole=len(target) == length,
+                                                ino=opened.ino)
+                    if got is not None:
+                        return got if isinstance(got, memoryview) else length
             for block, inner, target in pieces:
                 # Pieces hold stored bytes only (try_plan_read zero-fills the rest), so the
                 # range's `stored` is the whole target.
@@ -246,16 +271,38 @@ class Files:
             return None
         return length
 
+    def _fetch_ahead(self, opened: OpenFile, view: View, block: BlockInfo, inner: int) -> None:
+        """Runs for the `ahead` bytes from `inner` on (prefetch.py), into the file's next blocks
+        when the window passes this one's end."""
+        runs = self.runs
+        assert runs is not None
+        if not runs.ahead:
+            return
+        file = opened.file
+        left = inner + runs.ahead
+        while True:
+            fitted = runs.fetch_ahead(view, block, inner, left, opened.ino)
+            left -= block.length
+            if not fitted or left <= 0 or block.length != file.block_size or self.read_ahead:
+                return      # (the client's own read-ahead tracks every planned read: not disturbed)
+            plan = file.try_plan_read((block.index + 1) * file.block_size, self._peek[:1])
+            if plan is None or not plan[1]:
+                return
+            block, inner = plan[1][0][0], 0
+
     async def _from_runs(self, view: View, block: BlockInfo, inner: int, target: memoryview, *,
-                         whole: bool) -> int | memoryview:
+                         whole: bool, ino: int) -> int | memoryview | None:
         """`target` (stored bytes of one block) from chunk runs (prefetch.py): the chunk's view when
-        it is exactly the whole reply, else copied in (then its length). Raises FastPathMiss."""
+        it is exactly the whole reply, else copied in (then its length); None when a chunk fits no
+        run (the budget is held by others: the caller reads directly). Raises FastPathMiss."""
         assert self.runs is not None
         runs = self.runs
         position, end = inner, inner + len(target)
         while position < end:
             start = position - position % CHUNK
-            data = await runs.chunk(view, block, start)
+            data = await runs.chunk(view, block, start, ino)
+            if data is None:
+                return None
             stop = min(end, start + CHUNK)
             if len(data) < stop - start:
                 raise FastPathMiss(f"block {block.block_id:x}: chunk at {start} is short")
@@ -265,8 +312,7 @@ class Files:
                 runs.taken(block, start)
                 return data          # no await from here to the reply (prefetch.py)
             target[position - inner:stop - inner] = data[position - start:stop - start]
-            if position == start and stop - start == len(data):
-                runs.taken(block, start)     # all of it copied: the kernel holds it now
+            runs.used(block, start, stop - position)     # all of it copied: the kernel holds it now
             position = stop
         return len(target)
 
@@ -359,6 +405,8 @@ class Files:
             # Re-check after the await: an open may have claimed it meanwhile (state.py's rule).
             if opened.handles == 0 and ctx.handles.open_files.get(opened.ino) is opened:
                 del ctx.handles.open_files[opened.ino]
+                if self.runs is not None:
+                    self.runs.release(opened.ino)     # its unread chunks go (prefetch.py)
                 # Close it here, in a thread: left to the garbage collector, io.RawIOBase.__del__
                 # would retry a failed commit on whatever thread collects it (even trio's).
                 try:

@@ -66,7 +66,8 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
     fs = Filesystem(client, offload, root=root, node=client.node, read_only=options.read_only,
                     attr_ttl=options.attr_timeout,
                     names_ttl=min(options.entry_timeout, options.attr_timeout), reader=reader,
-                    read_ahead=options.read_ahead, atime=options.atime,
+                    read_ahead=options.read_ahead, atime=options.atime, fetch_ahead=options.fetch_ahead,
+                    fetch_budget=options.fetch_budget, fetch_threads=options.fetch_threads,
                     cache_versions=options.validate_cache and not options.direct_io)
     ops = Operations(fs, Timeouts(options.attr_timeout, options.entry_timeout, options.negative_timeout),
                      writeback_cache=options.writeback_cache, direct_io=options.direct_io,
@@ -85,6 +86,8 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
             nursery.start_soon(_announce, options, fields)
             nursery.start_soon(fs.session.run)
             nursery.start_soon(fs.atime.run)
+            if fs.files.runs is not None:
+                await nursery.start(fs.files.runs.start)    # background fetches (fuse/prefetch.py)
             # Idle request tasks stay parked (pyfuse3 ends a task that finds more than min_tasks
             # waiting and starts one when none is): with a few reads always in flight, min_tasks=2
             # ended and started a task for about every second 1 MiB read of a cold read.

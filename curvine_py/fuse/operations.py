@@ -254,7 +254,8 @@ class Operations(pyfuse3.Operations):
     @boundary
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         if inode == pyfuse3.ROOT_INODE and name == STATS_XATTR.encode():
-            return self.counters.as_json()
+            runs = self.fs.files.runs
+            return self.counters.as_json({"runs": runs.counters.as_dict()} if runs is not None else None)
         return await self.fs.xattrs.getxattr(self._m(inode), _name(name))
 
     @boundary

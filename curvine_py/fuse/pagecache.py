@@ -89,8 +89,9 @@ class RequestCounters:
     read_bytes: int = 0
     writes: int = 0
 
-    def as_json(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode("utf-8")
+    def as_json(self, extra: dict[str, object] | None = None) -> bytes:
+        """These counters, with `extra` keys beside them (the chunk runs': fuse/prefetch.py)."""
+        return json.dumps({**asdict(self), **(extra or {})}, sort_keys=True).encode("utf-8")
 
 
 STATS_XATTR = "user.curvine.stats"     # read on the mount's root: RequestCounters.as_json

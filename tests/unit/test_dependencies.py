@@ -46,6 +46,7 @@ KNOWN_DEBT: dict[tuple[str, str], str] = {
     ("client/kv.py", COMMON): HEADER_DECISION + " (its storage_class field takes common.proto's enum values)",
     ("fuse/dataplane.py", DATA_HEADER): HEADER_DECISION,
     ("fuse/localfds.py", DATA_HEADER): HEADER_DECISION,
+    ("fuse/blockrecv.py", DATA_HEADER): HEADER_DECISION,
 }
 
 
