@@ -12,7 +12,7 @@ call returns, so a chunk costs one GIL take for the receive and one for its dige
 Scope: plain TCP to one worker (the first live holder of the block), no TLS (threadfetch.py uses
 the client for those, and for owners on this node). Error handling: anything unusual (a refused or
 dropped connection, a timeout, an error reply, a short reply, a chunk that fails its digest) raises
-`RecvMiss`; the caller then reads through the client, which tries the other replicas, reports a bad
+`FastPathMiss`; the caller then reads through the client, which tries the other replicas, reports a bad
 copy and raises the right CurvineError. Resource handling: a connection that saw any error is
 closed, never pooled again; waits are bounded by kernel socket timeouts (SO_RCVTIMEO/SO_SNDTIMEO):
 a worker that stops sending costs `timeout_s` at most per wait.
@@ -28,14 +28,11 @@ from curvine_py.client.membership import WorkerAddress
 from curvine_py.core import frames, layout
 from curvine_py.core.domain import BlockInfo
 from curvine_py.core.errors import CurvineError
+from curvine_py.fuse.dataplane import FastPathMiss, reply_prefix
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 
 CHUNK = layout.CHUNK_SIZE
 _TIMEVAL = struct.Struct("@ll")
-
-
-class RecvMiss(Exception):
-    """This run is better read through the client (see the module docstring)."""
 
 
 class _Connection:
@@ -49,7 +46,7 @@ class _Connection:
         while got < len(view):      # more than one call only after a timeout or a signal
             n = self.sock.recv_into(view[got:], len(view) - got, socket.MSG_WAITALL)
             if n == 0:
-                raise RecvMiss("connection closed by the worker")
+                raise FastPathMiss("connection closed by the worker")
             got += n
 
     def request(self, op: frames.Op, header: DataHeader) -> tuple[DataHeader, int]:
@@ -58,16 +55,14 @@ class _Connection:
         self.sock.sendall(frames.encode(op, request_id, header))
         raw = bytearray(frames.PREFIX_SIZE)
         self.fill(memoryview(raw))
-        prefix = frames.decode_prefix(raw, max_payload=self.max_payload, expect_response=True)
-        if prefix.op != op or prefix.request_id != request_id:
-            raise RecvMiss(f"reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
+        prefix = reply_prefix(raw, op, request_id, self.max_payload)
         reply = DataHeader()
         if prefix.header_length:
             body = bytearray(prefix.header_length)
             self.fill(memoryview(body))
             reply = frames.decode_header(body)
         if reply.errno:
-            raise RecvMiss(f"worker answered errno {reply.errno}: {reply.message}")
+            raise FastPathMiss(f"worker answered errno {reply.errno}: {reply.message}")
         return reply, prefix.payload_length
 
 
@@ -100,7 +95,7 @@ class BlockReceiver:
     def read(self, worker: WorkerAddress, block: BlockInfo, offset: int, length: int, out: memoryview,
              minimum: int) -> memoryview:
         """Verified bytes [offset, offset+length) of `block` (chunk-aligned) from `worker` into
-        `out`; at least `minimum` of them. Blocks: call it in a thread. RecvMiss on any trouble."""
+        `out`; at least `minimum` of them. Blocks: call it in a thread. FastPathMiss on any trouble."""
         key = (worker.host, worker.port)
         with self._lock:
             idle = self._idle.get(key)
@@ -112,7 +107,7 @@ class BlockReceiver:
         except (OSError, CurvineError) as exc:
             if conn is not None:
                 conn.sock.close()
-            raise RecvMiss(f"worker {worker.worker_id}: {exc!r}") from None
+            raise FastPathMiss(f"worker {worker.worker_id}: {exc!r}") from None
         except BaseException:
             if conn is not None:
                 conn.sock.close()
@@ -132,16 +127,16 @@ class BlockReceiver:
         reply, received = conn.request(frames.Op.READ_BLOCK,
                                        DataHeader(block_id=block.block_id, offset=offset, length=length))
         if received > len(out) or received < minimum:
-            raise RecvMiss(f"block {block.block_id:x}: a reply of {received} bytes, {minimum}-{len(out)} wanted")
+            raise FastPathMiss(f"block {block.block_id:x}: a reply of {received} bytes, {minimum}-{len(out)} wanted")
         digests = list(reply.chunk_checksums)
         if len(digests) != -(-received // CHUNK):
-            raise RecvMiss(f"block {block.block_id:x}: {len(digests)} digests for {received} bytes")
+            raise FastPathMiss(f"block {block.block_id:x}: {len(digests)} digests for {received} bytes")
         data = out[:received]
         for number, start in enumerate(range(0, received, CHUNK)):
             piece = data[start:start + CHUNK]
             conn.fill(piece)
             if layout.checksum(piece) != digests[number]:
-                raise RecvMiss(f"block {block.block_id:x}: chunk {offset // CHUNK + number} fails its digest")
+                raise FastPathMiss(f"block {block.block_id:x}: chunk {offset // CHUNK + number} fails its digest")
         return data
 
     def close(self) -> None:

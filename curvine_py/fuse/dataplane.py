@@ -42,6 +42,14 @@ class FastPathMiss(Exception):
     """This read is better served by the threaded client (see the module docstring)."""
 
 
+def reply_prefix(raw: bytes | bytearray, op: frames.Op, request_id: int, max_payload: int) -> frames.FramePrefix:
+    """The prefix of the reply to request `request_id` of `op` (FastPathMiss for any other)."""
+    prefix = frames.decode_prefix(raw, max_payload=max_payload, expect_response=True)
+    if prefix.op != op or prefix.request_id != request_id:
+        raise FastPathMiss(f"reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
+    return prefix
+
+
 class _Connection:
     def __init__(self, sock: trio.socket.SocketType, max_payload: int) -> None:
         self.sock = sock
@@ -68,9 +76,7 @@ class _Connection:
         await self.send(frames.encode(op, request_id, header))
         raw = bytearray(frames.PREFIX_SIZE)
         await self.recv_into(memoryview(raw))
-        prefix = frames.decode_prefix(raw, max_payload=self.max_payload, expect_response=True)
-        if prefix.op != op or prefix.request_id != request_id:
-            raise FastPathMiss(f"reply {prefix.op.name}#{prefix.request_id} to {op.name}#{request_id}")
+        prefix = reply_prefix(raw, op, request_id, self.max_payload)
         reply = DataHeader()
         if prefix.header_length:
             body = bytearray(prefix.header_length)

@@ -10,9 +10,9 @@ fetched or being fetched. A request for a whole chunk is answered with a view of
 
 Why ahead (`ahead` bytes, issue 14): with runs fetched on demand on the one trio thread, that
 thread received and verified every byte as well as replying it into the kernel. With a `fetch` that
-runs in worker threads (fuse/threadfetch.py: the blocking client, GIL-releasing recv_into and
-hashing) and `start()`ed in the mount's nursery, a read also starts the runs of the next `ahead`
-bytes of its block (Files extends the window into the next block), several at once, and the FUSE
+runs in worker threads (fuse/threadfetch.py, fuse/blockrecv.py: one GIL-releasing recv per chunk,
+then its digest) and `start()`ed in the mount's nursery, a read also starts the runs of the next
+`ahead` bytes of its block (Files extends the window into the next blocks), and the FUSE
 handlers only wait for their chunk's arrival and reply from its buffer. A whole small file (a
 32 MiB KV chunk) is then being fetched from its first read on.
 
@@ -24,11 +24,13 @@ Memory: every run buffer this object holds (being fetched, listed, or pooled for
 against `budget`; a run that does not fit is not started (a read that needs it then goes the
 direct way, Files._fast_read). A read that needs room drops fetched, unwaited chunks oldest first;
 fetching ahead never drops anything. The last release of a file drops its unread chunks
-(`release`). `counters` says what was fetched, held and dropped (tests, the stats xattr).
+(`release`), and at most POOL_KEEP free buffers are kept for reuse. `counters` says what was
+fetched, held and dropped (tests, the stats xattr).
 
 Resource handling: run buffers are recycled once every chunk of the run was taken or dropped and
 no task waits on one (the same reply-then-reuse rule as readbuf.py: recycled buffers are handed out
-again only from the next `_buffer()` call, which runs in another task, after the reply went out);
+again only from a later `_buffer()` call, which comes after the reply from that buffer went out or
+after the copy out of it was done);
 a run that fails wakes its waiters with FastPathMiss and leaves nothing behind, so their reads go
 to the threaded client. A fetch is never abandoned mid-way (the thread fetch waits for its
 thread), so no buffer is reused while something may still write into it.
@@ -54,6 +56,7 @@ from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
 log = logging.getLogger(__name__)
 
 CHUNK = layout.CHUNK_SIZE
+POOL_KEEP = 8       # run buffers kept for reuse once their chunks are gone (the rest are freed)
 
 # fetch(view, block, offset, length, out, minimum) -> the verified bytes, in `out`; FastPathMiss
 Fetch = Callable[[View, BlockInfo, int, int, memoryview, int], Awaitable[memoryview]]
@@ -222,7 +225,10 @@ class ChunkRuns:
     def _release(self, run: _Run) -> None:
         run.left -= 1
         if run.left == 0 and run.error is None:
-            self._returned.append(run.buffer)       # reused after this reply went out
+            if len(self._free) + len(self._returned) < POOL_KEEP:
+                self._returned.append(run.buffer)       # reused after this reply went out
+            else:
+                self._hold(-self._run_bytes)   # unmapped once no reply view refers to it any more
 
     def _failed(self, block: BlockInfo, start: int, run: _Run, entries: list[_Entry], error: str) -> None:
         run.error = error

@@ -28,7 +28,7 @@ from curvine_py.client.blockio import BlockStore
 from curvine_py.client.membership import View, WorkerAddress
 from curvine_py.core.domain import BlockInfo
 from curvine_py.core.errors import CurvineError
-from curvine_py.fuse.blockrecv import BlockReceiver, RecvMiss
+from curvine_py.fuse.blockrecv import BlockReceiver
 from curvine_py.fuse.dataplane import FastPathMiss
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class ThreadedFetch:
         if worker is not None and self._receiver is not None:
             try:
                 return self._receiver.read(worker, block, offset, length, out, minimum)
-            except RecvMiss as exc:
+            except FastPathMiss as exc:
                 self.fallbacks += 1     # (a thread's += on an int: a count for tests, racy at worst by one)
                 log.info("block %x: %s; reading it through the client", block.block_id, exc)
         return self._store.read(block, offset, length, out, minimum)
