@@ -237,7 +237,10 @@ class WorkerConnection:
             if not length:
                 data = chunk_digests = None
             else:
-                if deadline is not None and length > stream.buffered:
+                # The payload's wait: re-armed only if what remains fell below the armed bound
+                # (REARM_BELOW, as _wait_at_most decides; a passed deadline raises there).
+                if deadline is not None and length > stream.buffered and (
+                        not self._kernel_timeouts or deadline - time.monotonic() < self._armed * REARM_BELOW):
                     self._wait_at_most(deadline, op)
                 if out is None:
                     data = aligned(length)
