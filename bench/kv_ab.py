@@ -1,8 +1,8 @@
 """A/B of the per-request cost of KV gets and puts between this tree and another checkout, with
 samples of the two interleaved finely enough to survive a shared machine's load (issue 14).
 
-    python -m bench.kv_ab OTHER_CHECKOUT [--sizes 4096,1048576] [--ops get,put] [--count 200]
-                          [--rounds 15] [--json PATH]
+    python -m bench.kv_ab OTHER_CHECKOUT [--this CHECKOUT] [--sizes 4096,1048576] [--ops get,put]
+                          [--count 200] [--rounds 15] [--json PATH]
 
 Why not two runs of bench.kv_profile: on 2 cores shared with other jobs, the load moves by 2x
 within a minute, so two runs a minute apart differ by more than the change being measured. Here
@@ -14,7 +14,12 @@ round to round), each sample `--count` requests. Per sample: wall, client CPU an
 request (schedstat). The fixed cost of a sample is KV minus the raw pair of the same side and
 round; gets are also compared with the verifying raw pair (its receiver hashes each 1 MiB, as our
 client does). Reported per side: medians over rounds; between the sides: the median of the
-per-round ratios (other / this), which compares samples taken seconds apart.
+per-round ratios (this / other), which compares samples taken seconds apart.
+
+The two sides are not symmetric on this machine: an A/A run (this tree on both sides, 15 rounds,
+load 7) put the first side's KV CPU 5-16% above the second's. So run both orientations (`--this`
+names the first side's checkout, default this tree) and read the two ratios together: a change
+that is real moves both the same way (the geometric mean of A/B and 1/(B/A) cancels the side).
 
 A child imports the checkout it measures (PYTHONPATH and working directory set to it: its
 curvine_py and tests/harness.py) and this tree's bench/rawpair.py (the raw pair is the same on
@@ -148,7 +153,8 @@ FIELDS = ("wall", "client CPU", "worker CPU")
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("other", nargs="?", help="the checkout to compare this tree with")
+    p.add_argument("other", nargs="?", help="the checkout to compare with")
+    p.add_argument("--this", default=str(HERE.parents[1]), help="the first side's checkout (default: this tree)")
     p.add_argument("--sizes", default="4096,1048576")
     p.add_argument("--ops", default="get,put")
     p.add_argument("--count", type=int, default=200, help="requests per sample")
@@ -163,7 +169,8 @@ def main() -> int:
     if not args.other:
         p.error("the other checkout is required")
     ops = args.ops.split(",")
-    sides = [Side("this", HERE.parents[1], sizes), Side("other", pathlib.Path(args.other).resolve(), sizes)]
+    this = pathlib.Path(args.this).resolve()
+    sides = [Side("this", this, sizes), Side("other", pathlib.Path(args.other).resolve(), sizes)]
     loads: list[str] = []
     samples: dict[str, dict[str, list[list[float]]]] = {side.name: {} for side in sides}
     try:
@@ -184,7 +191,7 @@ def main() -> int:
     print(f"load average at the start of each round: {' '.join(loads)}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({
-            "benchmark": "kv_ab", "this": str(HERE.parents[1]), "other": str(pathlib.Path(args.other).resolve()),
+            "benchmark": "kv_ab", "this": str(this), "other": str(pathlib.Path(args.other).resolve()),
             "count_per_sample": args.count, "rounds": args.rounds, "load_per_round": loads,
             "samples": samples, "summary": summary}, indent=1) + "\n")
     return 0
