@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 
 from curvine_py.core.errors import CurvineError, errno_name
 from curvine_py.observe.local import FoldedCounters, LocalCounter, LocalHistogram
+from curvine_py.observe.merged import MergedHistogram
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class AccessMetrics:
     misses: Counter
     received: Counter
     sent: Counter
-    latency: Histogram
+    latency: Histogram | MergedHistogram   # the worker's: merged (its data connections observe parts)
     errors: ErrorMetrics
 
     def lookup(self, way: Way, hit: bool) -> None:
@@ -232,7 +233,8 @@ def _errors(registry: CollectorRegistry) -> ErrorMetrics:
                                 registry=registry))
 
 
-def _access(registry: CollectorRegistry, errors: ErrorMetrics) -> AccessMetrics:
+def _access(registry: CollectorRegistry, errors: ErrorMetrics,
+            latency: MergedHistogram | None = None) -> AccessMetrics:
     return AccessMetrics(
         hits=Counter("curvine_cache_hits", "Reads and existence checks that found the object",
                      ["way"], registry=registry),
@@ -240,8 +242,8 @@ def _access(registry: CollectorRegistry, errors: ErrorMetrics) -> AccessMetrics:
                        ["way"], registry=registry),
         received=Counter("curvine_received_bytes", "Payload bytes received", ["way"], registry=registry),
         sent=Counter("curvine_sent_bytes", "Payload bytes sent", ["way"], registry=registry),
-        latency=Histogram("curvine_operation_duration_seconds", "Duration of an operation", ["op"],
-                          buckets=LATENCY_BUCKETS, registry=registry),
+        latency=latency or Histogram("curvine_operation_duration_seconds", "Duration of an operation", ["op"],
+                                     buckets=LATENCY_BUCKETS, registry=registry),
         errors=errors,
     )
 
@@ -254,6 +256,7 @@ class WorkerMetrics:
     connections: ConnectionMetrics
     errors: ErrorMetrics
     before_scrape: ScrapeHooks
+    latency: MergedHistogram   # = access.latency: each data connection observes parts of its own
 
     def evicted(self, reason: EvictionReason, count: int = 1) -> None:
         if count:
@@ -268,14 +271,17 @@ def register_worker(registry: CollectorRegistry,
     errors = _errors(registry)
     if data_dirs is not None:
         registry.register(StateCollector(lambda: data_dir_families(data_dirs()), "the data dirs"))
+    latency = MergedHistogram("curvine_operation_duration_seconds", "Duration of an operation", "op", registry,
+                              LATENCY_BUCKETS)
     return WorkerMetrics(
         registry=registry,
-        access=_access(registry, errors),
+        access=_access(registry, errors, latency),
         evictions=Counter("curvine_evictions", "Entries evicted by reason", ["reason"], registry=registry),
         connections=ConnectionMetrics(Gauge("curvine_open_connections", "Client connections open now",
                                             ["listener"], registry=registry)),
         errors=errors,
         before_scrape=hooks,
+        latency=latency,
     )
 
 

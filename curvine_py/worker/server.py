@@ -70,7 +70,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry
 
 from curvine_py.core import frames
 from curvine_py.core.errors import (
@@ -86,6 +86,7 @@ from curvine_py.core.errors import (
     TooLarge,
     Unavailable,
 )
+from curvine_py.observe.local import HistogramChild
 from curvine_py.observe.metrics import WorkerMetrics, register_worker
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 from curvine_py.rpc.auth import token_matches
@@ -146,14 +147,14 @@ class WorkerState:
         # Per connection, added to those children at each scrape (tally.py: no call per request).
         self.tallies = Tallies(self.kv_hits, self.kv_misses, self.kv_sent, self.kv_received)
         self.metrics.before_scrape.add(self.tallies.fold)
-        self._latency: dict[frames.Op, Histogram] = {}
 
-    def latency(self, op: frames.Op) -> Histogram:
-        """The request-duration histogram child of `op` (made on first use)."""
-        child = self._latency.get(op)
-        if child is None:
-            child = self._latency[op] = self.metrics.access.latency.labels(op=op.name.lower())
-        return child
+    def latency_part(self, op: frames.Op) -> HistogramChild:
+        """A part of the request-duration histogram of `op` for one connection's thread (merged at
+        each scrape, observe/merged.py); `retire_latency` when the connection ends."""
+        return self.metrics.latency.part(op.name.lower())
+
+    def retire_latency(self, part: HistogramChild) -> None:
+        self.metrics.latency.retire(part)
 
     def lookups(self) -> tuple[int, int]:
         """(hits, misses) of KV lookups answered by this worker's data plane since it started."""
@@ -209,7 +210,7 @@ class Session:
         self._unread = 0          # payload bytes of the current request not yet consumed
         self._metrics = state.metrics
         self._tally = state.tallies.open()    # closed (folded) in serve
-        self._latency: dict[frames.Op, Histogram] = {}   # this session's children of state.latency
+        self._latency: dict[frames.Op, HistogramChild] = {}   # this session's parts (state.latency_part)
         self._tls = isinstance(sock, ssl.SSLSocket)       # no sendfile, no sendmsg
         self._plain = not self._tls and not options.pass_fds   # GET answered by _answer_get
         self._close_after = False
@@ -253,6 +254,8 @@ class Session:
             _log_throttled("failed", logging.ERROR, "connection from %s failed", self._peer, exc_info=True)
         finally:
             self._state.tallies.close(self._tally)
+            for part in self._latency.values():
+                self._state.retire_latency(part)
             # FIN right after the last reply; unread request bytes (a refused payload) may still
             # make the kernel answer with RST, which is fine: the reply went out first.
             with contextlib.suppress(OSError):
@@ -293,7 +296,7 @@ class Session:
         self._unread = prefix.payload_length
         latency = self._latency.get(prefix.op)
         if latency is None:
-            latency = self._latency[prefix.op] = self._state.latency(prefix.op)
+            latency = self._latency[prefix.op] = self._state.latency_part(prefix.op)
         start = time.perf_counter()
         try:
             return self._answer(prefix, header)

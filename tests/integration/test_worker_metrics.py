@@ -77,7 +77,16 @@ def test_kv_traffic_moves_the_worker_counters(cluster: Cluster) -> None:
     assert kv.get("metrics-key-1") is not None
     assert kv.get("metrics-key-absent") is None
     assert kv.exists_prefix(["metrics-key-0", "metrics-key-1", "metrics-key-absent", "metrics-key-2"]) == 2
-    after = scrape(metrics)
+    # A request's duration is observed right after its reply has left: the scrape waits for the
+    # last one's (on a loaded machine the worker's thread may not have run that line yet).
+    scraped: list[Samples] = []
+
+    def observed() -> bool:
+        scraped[:] = [scrape(metrics)]
+        return moved(before, scraped[0], "curvine_operation_duration_seconds_count", op="exists") >= 1
+
+    wait_until(observed, 10.0, "the EXISTS request's duration in /metrics")
+    after = scraped[0]
 
     assert moved(before, after, "curvine_cache_hits_total", way="kv") == 2 + 2      # two GETs, a prefix of 2
     assert moved(before, after, "curvine_cache_misses_total", way="kv") == 1 + 1    # a GET, the prefix's end
