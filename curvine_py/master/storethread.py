@@ -11,6 +11,12 @@ answer after the COMMIT: store/pgfast.py, `_resolved` below) and makes them dura
 No reply (not even for a read, which may have seen an earlier call's uncommitted write in the same
 batch) is released before that COMMIT returned.
 
+Overlap (PostgreSQL): a batch's COMMIT may be left in flight (`Database.batch(then=...)`). When calls
+are queued by then, the next batch starts at once and its one-statement calls travel behind that
+COMMIT, so the store thread's work and their round trip overlap the server's fsync; the batch before
+is answered (`then`) as soon as its COMMIT's answer is in, always before the next one. With nothing
+queued, the thread waits for the answer (`settle`) before it waits for calls.
+
 Error handling: an exception raised by a call is that call's answer. If the COMMIT itself fails,
 every call of the batch fails with an I/O error (none of them is durable); with Unavailable when
 the PostgreSQL session broke (the engine reconnects before the next batch, store/pgengine.py).
@@ -61,6 +67,7 @@ class StoreThread:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.batches = 0
         self.calls = 0
+        self._unsettled = 0       # batches whose COMMIT is in flight (PostgreSQL): `finish` not called yet
 
     def start(self) -> None:
         self._thread.start()
@@ -81,8 +88,16 @@ class StoreThread:
 
     def _run(self) -> None:
         while True:
-            first = self._queue.get()
+            if self._unsettled:
+                try:
+                    first = self._queue.get_nowait()
+                except queue.Empty:
+                    self._settle()        # nothing to overlap with: wait for the COMMIT in flight
+                    continue
+            else:
+                first = self._queue.get()
             if first is None:
+                self._settle()
                 return
             batch = [first]
             stopping = False
@@ -97,12 +112,33 @@ class StoreThread:
                 batch.append(item)
             self._execute(batch)
             if stopping:
+                self._settle()
                 return
+
+    def _settle(self) -> None:
+        try:
+            self._ns.settle()
+        except Exception:     # settle tells the batch itself; the thread must not end here
+            log.exception("waiting for a commit in flight failed")
 
     def _execute(self, batch: list[_Call]) -> None:
         results: list[tuple[bool, Any]] = []
+        told = False
+
+        def finish(error: CurvineError | None) -> None:
+            """The batch's COMMIT answered (now or, on PostgreSQL, during a later batch)."""
+            nonlocal told
+            told = True
+            self._unsettled -= 1
+            if error is not None:
+                log.warning("commit of a batch of %d calls failed: %s", len(batch), error.message)
+                self._answer(batch, [(False, error) for _ in batch])
+            else:
+                self._answer(batch, [_resolved(ok, value) for ok, value in results])
+
+        self._unsettled += 1
         try:
-            with self._ns.batch(len(batch), deferring=True):
+            with self._ns.batch(len(batch), deferring=True, then=finish):
                 for call in batch:
                     try:
                         results.append((True, call.fn(*call.args)))
@@ -110,11 +146,17 @@ class StoreThread:
                         results.append((False, exc))
         except CurvineError as exc:   # Unavailable, NotLeader (PostgreSQL): the engine's own words
             log.warning("a batch of %d calls failed: %s", len(batch), exc.message)
-            results = [(False, exc) for _ in batch]
+            failed = [(False, exc) for _ in batch]
         except Exception as exc:  # COMMIT failed: nothing of this batch is durable
             log.exception("commit of a batch of %d calls failed", len(batch))
-            results = [(False, CurvineError(f"metadata commit failed: {exc}")) for _ in batch]
-        results = [_resolved(ok, value) for ok, value in results]
+            failed = [(False, CurvineError(f"metadata commit failed: {exc}")) for _ in batch]
+        else:
+            return
+        if not told:
+            self._unsettled -= 1
+            self._answer(batch, failed)
+
+    def _answer(self, batch: list[_Call], results: list[tuple[bool, Any]]) -> None:
         self.batches += 1
         self.calls += len(batch)
         for call, (ok, value) in zip(batch, results, strict=True):

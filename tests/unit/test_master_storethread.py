@@ -6,7 +6,7 @@ from __future__ import annotations
 import pathlib
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -95,9 +95,10 @@ class _FailingCommit:
     """A store whose COMMIT fails: nothing of the batch is durable, so every call must fail."""
 
     @contextmanager
-    def batch(self, calls: int = 0, *, deferring: bool = False) -> Iterator[None]:
+    def batch(self, calls: int = 0, *, deferring: bool = False,
+              then: Callable[[CurvineError | None], None] | None = None) -> Iterator[None]:
         yield
-        raise sqlite3.OperationalError("disk I/O error")
+        raise sqlite3.OperationalError("disk I/O error")   # `then` is never told: the block raised
 
 
 def test_a_failed_commit_fails_every_call_of_the_batch() -> None:

@@ -194,24 +194,37 @@ class Database:
             yield
 
     @contextmanager
-    def batch(self, calls: int = 0, *, deferring: bool = False) -> Iterator[None]:
+    def batch(self, calls: int = 0, *, deferring: bool = False,
+              then: Callable[[CurvineError | None], None] | None = None) -> Iterator[None]:
         """Group commit: the operations run inside share one COMMIT (one fsync). The caller must not
-        reply to any of them before this block has exited without an exception. `calls`: how many
-        operations it will run, when known (a batch of one lets PostgreSQL commit a one-statement
-        call with that statement: pgconn.PgWriter.whole). `deferring`: the caller resolves every
-        `pgfast.Deferred` answer after the block (storethread.py), so PostgreSQL may send a batch's
-        one-statement calls without waiting for each answer."""
+        reply to any of them before this block has exited without an exception, and, with `then`,
+        before then(None) said the batch is durable. `calls`: how many operations it will run, when
+        known (a batch of one lets PostgreSQL commit a one-statement call with that statement:
+        pgconn.PgWriter.whole). `deferring`: the caller resolves every `pgfast.Deferred` answer
+        once the batch is durable (storethread.py), so PostgreSQL may send a batch's one-statement
+        calls without waiting for each answer. `then`: called once, on this thread, with None when
+        the COMMIT is durable or with the error that says it is not; PostgreSQL may leave the
+        COMMIT in flight and call it later (before a later batch reads or commits anything, or at
+        settle()), SQLite calls it as the block exits. Not called when the block raises."""
         if self._db.in_transaction:
             raise RuntimeError("batch() inside a transaction")
-        with self._immediate(single=calls == 1):
+        with self._immediate(single=calls == 1, then=then):
             if self.engine is not None:
                 self._db.deferring = deferring
             yield
 
+    def settle(self) -> None:
+        """PostgreSQL: waits for a batch's COMMIT left in flight and calls its `then`. SQLite: nothing."""
+        if self.engine is not None and self._writer:
+            self._db.settle()
+
     @contextmanager
-    def _immediate(self, *, single: bool = False) -> Iterator[None]:
+    def _immediate(self, *, single: bool = False,
+                   then: Callable[[CurvineError | None], None] | None = None) -> Iterator[None]:
         """BEGIN IMMEDIATE .. COMMIT, rolled back on any exception (a transaction or a batch);
-        `single`: it holds one operation at most."""
+        `single`: it holds one operation at most; `then`: see batch()."""
+        if self.engine is not None:
+            self._db.then = then          # PgWriter: the COMMIT may stay in flight, `then` hears of it
         self._db.execute("BEGIN IMMEDIATE")
         if self.engine is not None:
             self._db.single = single
@@ -221,6 +234,8 @@ class Database:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+        if self.engine is None and then is not None:
+            then(None)
 
     def _now(self) -> int:
         return self._clock_ns()

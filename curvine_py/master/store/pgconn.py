@@ -10,6 +10,11 @@ text (cached): `?` -> `%s` (and a literal `%` -> `%%`), `BEGIN IMMEDIATE` -> `BE
 A broken connection (the server restarted, the network cut) surfaces as `Unavailable`, never as a
 psycopg error: the caller's RPC fails within its deadline and is retried. The writer reconnects
 (and re-takes leadership, see pgengine.py) before the next transaction begins.
+
+A group-commit batch may leave its COMMIT in flight (`Database.batch(then=...)`, storethread.py):
+the next batch's statements are sent behind it, so they travel while the server fsyncs, and the
+batch before is told its outcome (`then`) once its COMMIT's answer is in, before anything of the
+next one is read or committed (PgWriter.settle).
 """
 from __future__ import annotations
 
@@ -95,17 +100,30 @@ class _Pending:
 
     @property
     def rowcount(self) -> int:
+        self._writer.settle()
         self._writer.sync()
         return self._cursor.rowcount
 
     def fetchone(self) -> tuple[Any, ...] | None:
+        self._writer.settle()             # a read never takes in a later batch's answers unsettled
         return self._writer.guard(self._cursor.fetchone)
 
     def fetchall(self) -> list[tuple[Any, ...]]:
+        self._writer.settle()
         return self._writer.guard(self._cursor.fetchall)
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         return iter(self.fetchall())
+
+
+class _InFlight:
+    """A batch's COMMIT sent and not yet answered, and whom to tell how it ended."""
+
+    __slots__ = ("commit", "then")
+
+    def __init__(self, commit: psycopg.Cursor[Any], then: Callable[[CurvineError | None], None]) -> None:
+        self.commit = commit
+        self.then = then
 
 
 class PgWriter:
@@ -117,7 +135,16 @@ class PgWriter:
     result waited for only when the store looks at it, so the statements whose results nobody reads
     (SAVEPOINT, most INSERTs, UPDATEs and DELETEs) travel with the next one that is read. The
     errors of a call are all in before its savepoint is released (RELEASE waits for every result),
-    so a failing statement fails its own call: ROLLBACK TO first drains what is still in flight."""
+    so a failing statement fails its own call: ROLLBACK TO first drains what is still in flight.
+
+    Overlap (`then`, set by Database.batch for the store thread): COMMIT is sent and not waited
+    for; the batch is durable when its answer says COMMIT, and `then(None)` says so (`then(error)`
+    otherwise), never earlier. The next batch begins in the same pipeline: the one-statement calls
+    it defers (`defer`) are sent at once, behind the COMMIT; anything else it sends (a statement
+    whose answer its call reads, a SAVEPOINT, its own COMMIT) first settles the batch before. No
+    Sync separates the two, so a batch whose statement fails on the server takes the batch sent
+    behind it down too: both fail, none is acknowledged. A session that breaks with a COMMIT in
+    flight fails that batch (Unavailable) unless its answer had arrived, and the next one too."""
 
     def __init__(self, conn: psycopg.Connection[Any], ensure: Callable[[], psycopg.Connection[Any]]) -> None:
         self.conn = conn
@@ -130,6 +157,11 @@ class PgWriter:
         self.deferring = False            # ... and its caller reads answers after COMMIT (pgfast.Deferred)
         self._savepoints = 0              # SAVEPOINTs open in it
         self._idle_since = 0.0            # monotonic time the last transaction ended
+        self.then: Callable[[CurvineError | None], None] | None = None   # the next BEGIN's batch may overlap
+        self._then: Callable[[CurvineError | None], None] | None = None  # ... and the open one does
+        self._inflight: _InFlight | None = None   # the batch before: its COMMIT not answered yet
+        self._doomed: CurvineError | None = None  # the open batch shares a pipeline with a failed one
+        self.overlapped = 0               # batches begun with the COMMIT before them in flight
 
     @property
     def in_transaction(self) -> bool:
@@ -175,6 +207,9 @@ class PgWriter:
         if sql in ("COMMIT", "ROLLBACK"):
             self._end(sql)
             return Rows([], -1)
+        self.settle()                     # its answer may be read: the batch before is settled first
+        if self._doomed is not None:
+            raise self._doomed
         if self._lazy:
             self._start()
         if sql.startswith("ROLLBACK TO") and self._pipeline is not None:
@@ -197,8 +232,79 @@ class PgWriter:
         error now (CreateMany's creates)."""
         return self._open and self.deferring and not self.single and self._savepoints == 0
 
+    def defer(self, sql: str, params: Sequence[Any]) -> _Pending:
+        """A statement of a call that can_defer, sent without waiting: with the COMMIT of the batch
+        before still in flight, it travels behind it (no settle)."""
+        if self._doomed is not None:
+            raise self._doomed
+        if self._lazy:
+            self._start()
+        return _Pending(self._send(translate(sql), params), self)
+
+    def _send(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        """Sends a statement in the pipeline. Sending also takes in the answers that arrived, and
+        psycopg raises the first failed one here: with a COMMIT in flight that is an answer of the
+        batch before or of an earlier statement of this one, whose COMMIT tells (settle, _end)."""
+        cursor = self.conn.cursor()
+        try:
+            cursor.execute(sql, params or None)
+        except psycopg.Error as exc:
+            if self.conn.broken or self.conn.closed:
+                self.settle()
+                self._drop_pipeline()
+                raise lost(exc) from None
+            if self._inflight is None:
+                raise
+        return cursor
+
+    def settle(self) -> None:
+        """Waits for the COMMIT left in flight, if any, and tells its batch how it ended: durable
+        only if the server answered COMMIT. Called before anything of a later batch is read or
+        committed, so the batches are acknowledged in order and no call reads across them."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is None:
+            return
+        started = self._open and not self._lazy          # the next batch's statements share the pipeline
+        failure: BaseException | None = None
+        try:
+            if started and self._pipeline is not None:
+                self._pipeline.sync()
+            else:
+                self._leave_pipeline()
+        except (psycopg.Error, CurvineError) as exc:
+            failure = exc
+        self._idle_since = time.monotonic()
+        answer = inflight.commit.pgresult
+        outcome: CurvineError | None = None
+        if answer is None or answer.status != pq.ExecStatus.COMMAND_OK or inflight.commit.statusmessage != "COMMIT":
+            if self.conn.broken or self.conn.closed:
+                outcome = failure if isinstance(failure, CurvineError) else lost(failure or Exception("closed"))
+                self._drop_pipeline()
+            else:
+                said = str(inflight.commit.statusmessage if answer is not None else failure or "no answer")
+                outcome = CurvineError(f"metadata commit failed: the server did not commit the batch "
+                                       f"({' '.join(said.split())})")
+                if started:
+                    # What was sent behind it ran in the same failed pipeline: this batch fails too.
+                    self._doomed = CurvineError("metadata commit failed: the batch before this one failed")
+                elif self.conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):
+                        self.conn.execute("ROLLBACK")
+        inflight.then(outcome)
+
     def _begin(self, sql: str) -> None:
+        then, self.then = self.then, None
+        if self._inflight is not None and (then is None or self.conn.broken or self.conn.closed):
+            self.settle()                 # a transaction that does not overlap waits for the one before
+        if self._inflight is not None:
+            # The COMMIT before is in flight: this batch goes behind it in the same pipeline, its
+            # BEGIN with its first statement (the session was alive when that COMMIT was sent).
+            self.overlapped += 1
+            self._open = self._lazy = True
+            self._then = then
+            return
         self.conn = self._ensure()
+        self._then = then
         if time.monotonic() - self._idle_since < IDLE_CHECK_S and not self._server_spoke():
             # Busy and nothing heard: BEGIN waits for the first statement and travels with it (no
             # round trip of its own; none at all for a batch that runs no SQL). A session that
@@ -210,21 +316,23 @@ class PgWriter:
             self._enter_pipeline()
         except BaseException:
             self._drop_pipeline()         # no transaction is open: the next BEGIN reconnects
+            self._then = None
             raise
         self._open = True
 
     def _start(self) -> None:
         """Sends the BEGIN of a lazy transaction (before its first statement)."""
         self._lazy = False
-        self._enter_pipeline()
-        self.guard(lambda: self.conn.execute("BEGIN"))
+        if self._pipeline is None:
+            self._enter_pipeline()
+        self._send("BEGIN")
 
     def whole(self, sql: str, params: Sequence[Any] = ()) -> Rows | _Pending:
         """A statement that is a whole call by itself, all or nothing (a server-side function,
         pgfast.py). When it is all the work of its transaction (`single`, and nothing sent yet) it
         runs without BEGIN: the server commits it before it answers, one round trip in all, and the
         transaction's COMMIT then has nothing to send."""
-        if self._open and self._lazy and self.single:
+        if self._open and self._lazy and self.single and self._pipeline is None:
             return self.guard(lambda: _run(self.conn, sql, params))
         return self.execute(sql, params)
 
@@ -250,8 +358,14 @@ class PgWriter:
             self.guard(lambda: _run(self.conn, sql, ()))
 
     def _end(self, sql: str) -> None:
+        then, self._then = self._then, None
         try:
+            self.settle()                 # the batch before is answered (and told) before this one ends
+            if self._doomed is not None and sql == "COMMIT":
+                raise self._doomed
             if self._lazy:                # nothing was sent: nothing to end
+                if sql == "COMMIT" and then is not None:
+                    then(None)
                 return
             if sql == "ROLLBACK" and (self.conn.broken or self.conn.closed):
                 self._drop_pipeline()     # the server has rolled it back already
@@ -259,6 +373,10 @@ class PgWriter:
             if self._pipeline is None:
                 ended = self.guard(lambda: _run(self.conn, sql, ()))
                 status = ended.status
+            elif sql == "COMMIT" and then is not None:
+                # Left in flight: `then` hears of it once the answer is in (settle).
+                self._inflight = _InFlight(self._send(sql), then)
+                return
             else:
                 if sql == "ROLLBACK":
                     with contextlib.suppress(psycopg.Error):
@@ -270,6 +388,8 @@ class PgWriter:
                 # The server answers a COMMIT of an aborted transaction with ROLLBACK, not an error:
                 # a call without a savepoint of its own failed on the server (pgfast.py).
                 raise CurvineError(f"metadata commit failed: the server rolled the transaction back ({status})")
+            if sql == "COMMIT" and then is not None:
+                then(None)
         except BaseException as exc:
             self._drop_pipeline()
             if not (self.conn.closed or self.conn.broken) and \
@@ -284,9 +404,13 @@ class PgWriter:
         finally:
             self._open = self._lazy = self.single = self.deferring = False
             self._savepoints = 0
+            self._doomed = None
             self._idle_since = time.monotonic()
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Rows:
+        self.settle()
+        if self._doomed is not None:
+            raise self._doomed
         if self._lazy:
             self._start()
 
@@ -301,6 +425,9 @@ class PgWriter:
         does not run in pipeline mode: the pipeline is left for it, inside the same transaction)."""
         cols = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
         quoted = '"' + table.replace('"', '""') + '"'
+        self.settle()
+        if self._doomed is not None:
+            raise self._doomed
         if self._lazy:
             self._start()                 # COPY inside the transaction, never in autocommit
         in_pipeline = self._pipeline is not None
@@ -321,6 +448,8 @@ class PgWriter:
     def close(self, *, last: tuple[str, tuple[Any, ...]] | None = None) -> None:
         """Ends the session; `last`: one statement run on it first, outside any pipeline (the
         engine gives its leader lock up this way: pgengine.py)."""
+        with contextlib.suppress(CurvineError):
+            self.settle()
         self._drop_pipeline()
         self._open = self._lazy = False
         if last is not None and not (self.conn.closed or self.conn.broken):

@@ -160,7 +160,7 @@ def create(store: Names, parent: int, name: str, kind: FileType, mode: int, uid:
     sql = "SELECT * FROM curvine_create(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     params = (parent, name, int(kind), mode, uid, gid, size, nlink, rdev, target, store._now(), store.block_size)
     if definite and store._db.can_defer():
-        return cast(Attr, Deferred(store._db.execute(sql, params), decode))
+        return cast(Attr, Deferred(store._db.defer(sql, params), decode))
     return decode(_call(store, sql, params))
 
 
@@ -177,7 +177,7 @@ def unlink(store: Names, parent: int, name: str, directory: bool, keep_orphan: b
         return _unlinked(row, parent, name)
 
     if store._db.can_defer():
-        return cast(UnlinkResult, Deferred(store._db.execute(sql, params), decode))
+        return cast(UnlinkResult, Deferred(store._db.defer(sql, params), decode))
     return decode(_call(store, sql, params))
 
 
