@@ -60,9 +60,11 @@ def _resolved(ok: bool, value: Any) -> tuple[bool, Any]:
 
 
 class StoreThread:
-    def __init__(self, ns: Namespace, *, max_batch: int = MAX_BATCH, name: str = "master-store") -> None:
+    def __init__(self, ns: Namespace, *, max_batch: int = MAX_BATCH, name: str = "master-store",
+                 overlap: bool = True) -> None:
         self._ns = ns
         self._max_batch = max_batch
+        self._overlap = overlap   # False: every batch waits for its own COMMIT (bench/meta_overlap.py's baseline)
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.batches = 0
@@ -138,7 +140,7 @@ class StoreThread:
 
         self._unsettled += 1
         try:
-            with self._ns.batch(len(batch), deferring=True, then=finish):
+            with self._ns.batch(len(batch), deferring=True, then=finish if self._overlap else None):
                 for call in batch:
                     try:
                         results.append((True, call.fn(*call.args)))
@@ -151,6 +153,8 @@ class StoreThread:
             log.exception("commit of a batch of %d calls failed", len(batch))
             failed = [(False, CurvineError(f"metadata commit failed: {exc}")) for _ in batch]
         else:
+            if not self._overlap:
+                finish(None)
             return
         if not told:
             self._unsettled -= 1

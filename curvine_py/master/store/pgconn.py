@@ -255,6 +255,8 @@ class PgWriter:
                 raise lost(exc) from None
             if self._inflight is None:
                 raise
+        if self._inflight is not None and self._inflight.commit.pgresult is not None:
+            self.settle()                 # its answer came in with this send: the batch before is told now
         return cursor
 
     def settle(self) -> None:
@@ -266,13 +268,14 @@ class PgWriter:
             return
         started = self._open and not self._lazy          # the next batch's statements share the pipeline
         failure: BaseException | None = None
-        try:
-            if started and self._pipeline is not None:
-                self._pipeline.sync()
-            else:
-                self._leave_pipeline()
-        except (psycopg.Error, CurvineError) as exc:
-            failure = exc
+        if inflight.commit.pgresult is None:             # not in yet: wait for it (and what went behind it)
+            try:
+                if started and self._pipeline is not None:
+                    self._pipeline.sync()
+                else:
+                    self._leave_pipeline()
+            except (psycopg.Error, CurvineError) as exc:
+                failure = exc
         self._idle_since = time.monotonic()
         answer = inflight.commit.pgresult
         outcome: CurvineError | None = None
@@ -294,7 +297,8 @@ class PgWriter:
 
     def _begin(self, sql: str) -> None:
         then, self.then = self.then, None
-        if self._inflight is not None and (then is None or self.conn.broken or self.conn.closed):
+        if self._inflight is not None and (then is None or self.conn.broken or self.conn.closed
+                                           or self._inflight.commit.pgresult is not None):
             self.settle()                 # a transaction that does not overlap waits for the one before
         if self._inflight is not None:
             # The COMMIT before is in flight: this batch goes behind it in the same pipeline, its
@@ -303,6 +307,16 @@ class PgWriter:
             self._open = self._lazy = True
             self._then = then
             return
+        if self._pipeline is not None:    # left by a batch whose COMMIT answered early (settle)
+            if self.conn.broken or self.conn.closed:
+                self._drop_pipeline()
+            elif time.monotonic() - self._idle_since < IDLE_CHECK_S:
+                self._then = then         # busy: BEGIN goes with the first statement, in this pipeline
+                self._open = self._lazy = True
+                return
+            else:
+                with contextlib.suppress(CurvineError):
+                    self._leave_pipeline()
         self.conn = self._ensure()
         self._then = then
         if time.monotonic() - self._idle_since < IDLE_CHECK_S and not self._server_spoke():
@@ -376,6 +390,11 @@ class PgWriter:
             elif sql == "COMMIT" and then is not None:
                 # Left in flight: `then` hears of it once the answer is in (settle).
                 self._inflight = _InFlight(self._send(sql), then)
+                # A Flush: the server sends the COMMIT's answer once it is durable, not only when
+                # asked for it later, so a statement sent behind it takes it in (_send).
+                with contextlib.suppress(psycopg.Error):
+                    self.conn.pgconn.send_flush_request()
+                    self.conn.pgconn.flush()
                 return
             else:
                 if sql == "ROLLBACK":
