@@ -84,4 +84,5 @@ def load(ns: Namespace, reader: DumpReader, *, force: bool = False, advance: Pro
         # reader.rows() returned: the trailer checked out, so commit.
         ns.set_next_ino(header.next_ino)
         ns.loaded()
+    ns.settled_after_load()
     return Moved(moved, tuple(counts.items()), header.schema_version)

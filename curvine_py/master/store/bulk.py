@@ -4,11 +4,14 @@ Table names used in SQL here are the database's own (or checked against them by 
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from curvine_py.master.store.db import SQLITE, Database
 from curvine_py.master.types import ROOT_INO
+
+log = logging.getLogger(__name__)
 
 
 def _quoted(name: str) -> str:
@@ -86,6 +89,19 @@ class Bulk(Database):
         autovacuum gets to it (SQLite plans by its indexes alone)."""
         if self.dialect != SQLITE:
             self._db.execute("ANALYZE")
+
+    def settled_after_load(self) -> None:
+        """After a load committed (PostgreSQL): VACUUM, so the rows a COPY left without hint bits
+        and without a visibility map are set now, not by the first reads of a serving master (each
+        first read of a page dirties it) and not by the insert-triggered autovacuum pass over every
+        table that would otherwise start within a minute of the master (docs/metadata.md). Outside
+        any transaction (VACUUM cannot run in one): a failure here loses nothing, it is logged."""
+        if self.dialect == SQLITE:
+            return
+        try:
+            self._db.execute("VACUUM")
+        except Exception as exc:  # noqa: BLE001 - the load is committed; autovacuum will get there
+            log.warning("VACUUM after the load failed (autovacuum will do it): %s", exc)
 
     def insert_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         self._quota_free = False
