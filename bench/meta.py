@@ -20,9 +20,11 @@ repeats) and op / floor.
 
 Engines (`--engines`, default both): SQLite (the data dir's file) and PostgreSQL (a throwaway
 cluster from tests/pgserver.py on the same disk, with fsync on, as SQLite's synchronous=FULL), in
-the same run on the same population (the SQLite namespace moved with `meta load`'s code); both
-masters run at once and the engines take turns every 100 calls of each op (the store in-process:
-every repeat), so PostgreSQL / SQLite is the median of per-repeat ratios of measurements
+the same run on the same population (the SQLite namespace moved with `meta load`'s code, which
+ends with ANALYZE and VACUUM; then a CHECKPOINT, as SQLite's WAL is checkpointed after populating).
+Every size is populated first, then all masters (each size on each engine) run at once and take
+turns every 100 calls of each op (the store in-process: every repeat), so PostgreSQL / SQLite and
+the growth from the smallest size to the largest are medians of per-repeat ratios of measurements
 interleaved within a second or so.
 """
 
@@ -37,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from bench import common
 from curvine_py.core.domain import FileType, NewNode
@@ -46,6 +48,7 @@ POP_DIR = "pop"
 POP_BATCH = 50_000
 OPS = ("create", "lookup", "stat", "rename", "delete")
 TURN = 100          # calls of one engine before the other's turn (each after as many GetMemberships)
+T = TypeVar("T")
 
 
 def file_name(index: int) -> str:
@@ -213,10 +216,10 @@ class MetaRun:
         return len(calls) / run_concurrently(calls, threads), floor
 
 
-def measure_size(files: int, args: Any, root: pathlib.Path, pg: Any = None) -> dict[str, dict[str, Any]]:
-    """{engine: result} for one namespace size. The engines take turns within every repeat (both
-    masters run at once, on the same population), so PostgreSQL / SQLite is a ratio of two
-    measurements seconds apart: the load of a shared machine drifts over minutes."""
+def prepare_size(files: int, args: Any, root: pathlib.Path,
+                 pg: Any = None) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[pathlib.Path, str]]]:
+    """Populates one namespace size (SQLite, then loaded into PostgreSQL as `meta load` does): the
+    result skeleton per engine and where each engine's master runs."""
     print(f"  {files:,} files: populating", flush=True)
     data_root = root / f"n{files}"
     population = populate(data_root / "master", files)
@@ -240,68 +243,91 @@ def measure_size(files: int, args: Any, root: pathlib.Path, pg: Any = None) -> d
             pop["load_seconds"] = seconds
         out[engine] = {"files": files, "engine": engine, "population": pop, "store_us_per_op": {},
                        "concurrency": {}}
-    store_samples: dict[str, dict[str, list[float]]] = {e: {op: [] for op in OPS} for e in urls}
+    return out, {e: (data_root if not url else root / f"pg{files}", url) for e, url in urls.items()}
+
+
+def measure_sizes(sizes: list[int], args: Any, root: pathlib.Path, pg: Any = None) -> list[dict[str, dict[str, Any]]]:
+    """{engine: result} per namespace size. Every size is populated first; then all of them, on both
+    engines, take turns within every repeat (all masters run at once), so PostgreSQL / SQLite and
+    the growth from the smallest to the largest size are ratios of measurements seconds apart: the
+    load of a shared machine drifts over minutes (a size measured 20 minutes after another, at
+    load 11 instead of 6, read as a 0.54-0.81 "degradation" in an earlier run)."""
+    outs: dict[int, dict[str, dict[str, Any]]] = {}
+    clusters: dict[tuple[int, str], tuple[pathlib.Path, str]] = {}
+    for files in sizes:
+        outs[files], where = prepare_size(files, args, root, pg)
+        clusters.update({(files, engine): place for engine, place in where.items()})
+    if pg is not None:
+        # As SQLite's population ends with a checkpoint of its WAL (populate): the masters start
+        # on a quiet server, not under the load's checkpoint writes.
+        pg.psql("CHECKPOINT")
+    keys = list(clusters)
+    store_samples: dict[tuple[int, str], dict[str, list[float]]] = {k: {op: [] for op in OPS} for k in keys}
     for r in range(args.repeats):
-        for engine in _turns(list(urls), r):
-            for op, values in store_costs(data_root / "master", files, args.ops, 1, urls[engine], f"r{r}").items():
-                store_samples[engine][op] += values
-    for engine, samples in store_samples.items():
-        out[engine]["store_us_per_op"] = {op: common.median(v) for op, v in samples.items()}
-        out[engine]["store_us_samples"] = samples
-        print(f"    {engine} store in-process: "
-              + ", ".join(f"{op} {us:.0f} us" for op, us in out[engine]["store_us_per_op"].items()), flush=True)
-    measure_engines(files, args, {e: (data_root if not url else root / f"pg{files}", url) for e, url in urls.items()},
-                    out)
-    return out
+        for files, engine in _turns(keys, r):
+            data_root = root / f"n{files}" / "master"
+            url = clusters[(files, engine)][1]
+            for op, values in store_costs(data_root, files, args.ops, 1, url, f"r{r}").items():
+                store_samples[(files, engine)][op] += values
+    for (files, engine), samples in store_samples.items():
+        out = outs[files][engine]
+        out["store_us_per_op"] = {op: common.median(v) for op, v in samples.items()}
+        out["store_us_samples"] = samples
+        print(f"    {engine} {files:,} store in-process: "
+              + ", ".join(f"{op} {us:.0f} us" for op, us in out["store_us_per_op"].items()), flush=True)
+    measure_engines(args, clusters, outs)
+    return [outs[files] for files in sizes]
 
 
-def _turns(engines: list[str], repeat: int) -> list[str]:
+def _turns(keys: list[T], repeat: int) -> list[T]:
     """Who goes first alternates between repeats: neither always inherits the other's warm caches."""
-    return engines if repeat % 2 == 0 else engines[::-1]
+    return keys if repeat % 2 == 0 else keys[::-1]
 
 
-def measure_engines(files: int, args: Any, clusters: dict[str, tuple[pathlib.Path, str]],
-                    out: dict[str, dict[str, Any]]) -> None:
+def measure_engines(args: Any, clusters: dict[tuple[int, str], tuple[pathlib.Path, str]],
+                    outs: dict[int, dict[str, dict[str, Any]]]) -> None:
     from curvine_py.client.master import MasterClient
     from tests.harness import Cluster
 
     with contextlib.ExitStack() as stack:
-        runs: dict[str, MetaRun] = {}
-        for engine, (cluster_root, url) in clusters.items():
+        runs: dict[tuple[int, str], MetaRun] = {}
+        for (files, engine), (cluster_root, url) in clusters.items():
             cluster = stack.enter_context(Cluster(cluster_root, workers=0, master_args=["--meta", url] if url else []))
             master = MasterClient(cluster.master_address, timeout_s=60.0)
             stack.callback(master.close)
-            runs[engine] = MetaRun(master, files, args.ops, seed=files)
-            runs[engine].floor(1)  # warm the channel and the master
+            runs[(files, engine)] = MetaRun(master, files, args.ops, seed=files)
+            runs[(files, engine)].floor(1)  # warm the channel and the master
         for threads in args.threads:
-            per_op: dict[str, dict[str, list[tuple[float, float]]]] = {e: {op: [] for op in OPS} for e in runs}
+            per_op: dict[tuple[int, str], dict[str, list[tuple[float, float]]]] = {
+                k: {op: [] for op in OPS} for k in runs}
             for r in range(args.repeats):
                 order = _turns(list(runs), r)
-                work = {engine: runs[engine].work(f"c{threads}r{r}") for engine in order}
+                work = {k: runs[k].work(f"c{threads}r{r}") for k in order}
                 for op in OPS:
-                    # The engines take turns every TURN calls (floor, then op): a shared machine's
+                    # Everyone takes turns every TURN calls (floor, then op): a shared machine's
                     # load drifts within seconds, and a ratio of measurements 10 s apart was noise
                     # (per-repeat PostgreSQL / SQLite creates from 0.13 to 0.89 in one run).
-                    spent = {engine: [0.0, 0.0] for engine in order}
+                    spent = {k: [0.0, 0.0] for k in order}
                     for first in range(0, args.ops, TURN):
-                        for engine in order:
-                            took, floor = runs[engine].seconds(work[engine][op][first:first + TURN], threads)
-                            spent[engine][0] += took
-                            spent[engine][1] += floor
-                    for engine in order:
-                        per_op[engine][op].append((args.ops / spent[engine][0], args.ops / spent[engine][1]))
-            for engine, ops in per_op.items():
+                        for k in order:
+                            took, floor = runs[k].seconds(work[k][op][first:first + TURN], threads)
+                            spent[k][0] += took
+                            spent[k][1] += floor
+                    for k in order:
+                        per_op[k][op].append((args.ops / spent[k][0], args.ops / spent[k][1]))
+            for (files, engine), ops in per_op.items():
                 summary = {}
                 for op, pairs in ops.items():
                     p = common.Paired(tuple(s for s, _ in pairs), tuple(b for _, b in pairs))
                     summary[op] = p.summary()
-                out[engine]["concurrency"][str(threads)] = summary
+                outs[files][engine]["concurrency"][str(threads)] = summary
                 cells = ", ".join(
                     f"{op} {s['subject_median']:,.0f}/s ({s['ratio_median']:.2f}x floor)"
                     for op, s in summary.items()
                 )
                 print(
-                    f"    {engine} threads {threads}: {cells}; floor {summary['create']['baseline_median']:,.0f}/s",
+                    f"    {engine} {files:,} threads {threads}: {cells}; "
+                    f"floor {summary['create']['baseline_median']:,.0f}/s",
                     flush=True,
                 )
 
@@ -345,7 +371,7 @@ def main(argv: list[str]) -> int:
                 pg.psql("ALTER SYSTEM SET fsync = on")
                 pg.psql("ALTER SYSTEM SET full_page_writes = on")
                 pg.restart()
-            measured = [measure_size(n, args, root, pg) for n in sizes]
+            measured = measure_sizes(sizes, args, root, pg)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     # `results` keeps its shape (SQLite, or the one engine measured): bench/plots.py reads it.
@@ -408,16 +434,19 @@ def _growth(results: list[dict[str, Any]], engine: str) -> list[str]:
             continue
         cells = []
         for op in OPS:
-            a = small["concurrency"][threads][op]["ratio_median"]
-            b = large["concurrency"][threads][op]["ratio_median"]
-            cells.append(f"{b / a:.2f}")
+            a, b = small["concurrency"][threads][op], large["concurrency"][threads][op]
+            # The sizes took turns in every repeat: the median of the per-repeat rate ratios.
+            pairs = list(zip(a.get("subject", ()), b.get("subject", ()), strict=False))
+            ratio = (common.median(q / p for p, q in pairs if p > 0) if pairs
+                     else b["ratio_median"] / a["ratio_median"])
+            cells.append(f"{ratio:.2f}")
         growth.append([threads] + cells)
     return [
         "",
         (
             f"{engine}: how cost grows from {small['files']:,} to {large['files']:,} files: op rate at "
-            f"{large['files']:,} / at {small['files']:,}, both relative to their own floor "
-            "(1.00 = no slower):"
+            f"{large['files']:,} / at {small['files']:,}, median of the per-repeat ratios (the sizes take "
+            "turns every 100 calls, as the engines do; 1.00 = no slower; target of issue 12: >= 0.8):"
         ),
         "",
         common.table(["threads"] + list(OPS), growth),

@@ -268,12 +268,12 @@ class PgWriter:
             return
         started = self._open and not self._lazy          # the next batch's statements share the pipeline
         failure: BaseException | None = None
-        if inflight.commit.pgresult is None:             # not in yet: wait for it (and what went behind it)
+        if inflight.commit.pgresult is None:             # not in yet: wait for it
             try:
-                if started and self._pipeline is not None:
-                    self._pipeline.sync()
-                else:
+                if not (started and self._pipeline is not None):
                     self._leave_pipeline()
+                elif not self._await(inflight):
+                    self._pipeline.sync()                # ... and for what went behind it
             except (psycopg.Error, CurvineError) as exc:
                 failure = exc
         self._idle_since = time.monotonic()
@@ -294,6 +294,26 @@ class PgWriter:
                     with contextlib.suppress(psycopg.Error):
                         self.conn.execute("ROLLBACK")
         inflight.then(outcome)
+
+    def _await(self, inflight: _InFlight) -> bool:
+        """Takes in answers as they arrive until the COMMIT's is in (True), without waiting for the
+        statements sent behind it: psycopg's public sync() waits for every one. False when this
+        psycopg has no such step (its pipeline internals changed): then the caller syncs."""
+        pipeline = self._pipeline
+        take_in = getattr(pipeline, "_communicate_gen", None)
+        if pipeline is None or take_in is None:
+            return False
+        while inflight.commit.pgresult is None:
+            select.select([self.conn.fileno()], [], [], 1.0)
+            try:
+                self.conn.wait(take_in())     # reads what arrived (raises a failed answer's error)
+            except psycopg.Error:
+                with contextlib.suppress(psycopg.Error):
+                    pipeline.sync()           # the rest, so the session's state is known (broken?)
+                raise
+            if self.conn.broken or self.conn.closed:
+                return True
+        return True
 
     def _begin(self, sql: str) -> None:
         then, self.then = self.then, None
