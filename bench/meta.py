@@ -491,7 +491,8 @@ def render(payload: dict[str, Any]) -> str:
         (
             f"Real master process over gRPC (`MasterClient`), data dir on {params['filesystem']} (SQLite WAL, "
             f"fsync per commit, group commit). N existing files, {params['layout']}, populated in-process with "
-            "the master's store API. Per op kind "
+            "the master's store API; every size on every engine runs at once and they take turns every 100 calls. "
+            "Per op kind "
             f"{params['ops']} calls per repeat, median of {params['repeats']} repeats; 'x floor' = op rate / "
             "GetMembership rate at the same concurrency measured just before it (the RPC floor: the same gRPC "
             "and store-thread path, no SQL). create/rename/delete are durable writes; lookup = Lookup(parent, "
@@ -506,7 +507,8 @@ def render(payload: dict[str, Any]) -> str:
         body += [
             "",
             ("PostgreSQL 15 (`--meta postgresql://`, a local cluster on the same disk, fsync on; the same "
-             "population, loaded with `meta load`'s code; readers from a pool of 8 sessions):"),
+             "population, loaded with `meta load`'s code (COPY, ANALYZE, VACUUM), then a CHECKPOINT; readers "
+             "from a pool of 8 sessions):"),
             "",
             _ops_table(postgresql),
         ]
