@@ -126,12 +126,23 @@ def instrument(records: list[dict[str, Any]]) -> None:
     original_batch = Namespace.batch
 
     @contextlib.contextmanager
-    def batch(self: Any, calls: int = 0, *, deferring: bool = False) -> Iterator[None]:
-        with original_batch(self, calls, deferring=deferring):
+    def batch(self: Any, calls: int = 0, *, deferring: bool = False,
+              then: Callable[[Any], None] | None = None) -> Iterator[None]:
+        pending = getattr(store_local, "pending", [])
+
+        def stamp() -> None:
+            done, used = now(), cpu()
+            for record in pending:
+                record["committed"], record["s_cpu2"] = done, used
+
+        def told(error: Any) -> None:       # a COMMIT left in flight answered (store/pgconn.py)
+            stamp()
+            assert then is not None
+            then(error)
+        with original_batch(self, calls, deferring=deferring, then=told if then is not None else None):
             yield
-        done, used = now(), cpu()
-        for record in getattr(store_local, "pending", ()):
-            record["committed"], record["s_cpu2"] = done, used
+        if then is None:
+            stamp()
     Namespace.batch = batch  # type: ignore[method-assign]
 
     def timing(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -148,6 +159,7 @@ def instrument(records: list[dict[str, Any]]) -> None:
         return timed
     pgconn._run = timing(pgconn._run)
     pgconn.PgWriter.execute = timing(pgconn.PgWriter.execute)  # type: ignore[method-assign]
+    pgconn.PgWriter.defer = timing(pgconn.PgWriter.defer)  # type: ignore[method-assign]
 
 
 def serve_master(argv: list[str]) -> int:

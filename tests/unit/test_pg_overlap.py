@@ -6,6 +6,7 @@ sent behind it, a statement failing in the batch in flight, a COMMIT that fails 
 with ROLLBACK; and the store thread overlapping batches under concurrent creates."""
 from __future__ import annotations
 
+import select
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -58,9 +59,8 @@ def test_the_batch_behind_a_commit_in_flight_is_told_after_it(store: Namespace) 
         a, b = mkfile(store, "a"), mkfile(store, "b")
     assert told == []                      # its COMMIT is in flight: nobody may answer yet
     with store.batch(2, deferring=True, then=teller(told, "second")):
-        c = mkfile(store, "c")             # sent behind that COMMIT, without waiting
-        assert told == []
-        listed = names(store)              # a read settles the batch before first
+        c = mkfile(store, "c")             # sent behind that COMMIT, without waiting (it may take in
+        listed = names(store)              # the COMMIT's answer); a read settles the batch before first
         assert told == [("first", None)]
     assert told == [("first", None)]       # the second COMMIT is in flight now
     store.settle()
@@ -109,8 +109,10 @@ def test_a_session_killed_with_a_commit_in_flight_fails_it_and_the_batch_behind(
 
 def test_a_statement_failing_in_the_batch_in_flight_fails_the_batch_behind_it_too(
         pg: pgserver.PgServer, store: Namespace) -> None:
+    # Slow to fail, so its error arrives once the COMMIT behind it is in flight.
     raw(pg, store, "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                   "IF NEW.name = 'boom' THEN RAISE EXCEPTION 'injected failure'; END IF; RETURN NEW; END $$",
+                   "IF NEW.name = 'boom' THEN PERFORM pg_sleep(1); RAISE EXCEPTION 'injected failure'; END IF; "
+                   "RETURN NEW; END $$",
         "CREATE TRIGGER boom BEFORE INSERT ON dentries FOR EACH ROW EXECUTE FUNCTION boom()")
     told: Told = []
     with store.batch(3, deferring=True, then=teller(told, "first")):
@@ -144,6 +146,8 @@ def test_a_commit_that_fails_on_the_server_fails_its_batch_and_the_one_behind(
     with store.batch(2, deferring=True, then=teller(told, "first")):
         mkfile(store, "late")
         mkfile(store, "a")
+    # The server answered up to that COMMIT (its Flush): the next send takes the COMMIT's error in.
+    assert select.select([store._db.conn.fileno()], [], [], 10)[0]
     outcomes: list[object] = []
     with pytest.raises(CurvineError, match="metadata commit failed"), \
             store.batch(2, deferring=True, then=teller(told, "second")):
@@ -161,15 +165,17 @@ def test_a_commit_that_fails_on_the_server_fails_its_batch_and_the_one_behind(
 
 
 def test_a_commit_answered_with_rollback_fails_its_batch_alone(pg: pgserver.PgServer, store: Namespace) -> None:
+    # Slow to fail, so its error arrives once the COMMIT behind it is in flight.
     raw(pg, store, "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                   "IF NEW.name = 'boom' THEN RAISE EXCEPTION 'injected failure'; END IF; RETURN NEW; END $$",
+                   "IF NEW.name = 'boom' THEN PERFORM pg_sleep(1); RAISE EXCEPTION 'injected failure'; END IF; "
+                   "RETURN NEW; END $$",
         "CREATE TRIGGER boom BEFORE INSERT ON dentries FOR EACH ROW EXECUTE FUNCTION boom()")
     told: Told = []
     with store.batch(3, deferring=True, then=teller(told, "first")):
         mkfile(store, "boom")
-        with pytest.raises(psycopg.Error):   # a call of the general path syncs: the failure is seen,
-            with store.transaction():        # the transaction stays aborted, its COMMIT says ROLLBACK
-                store._db.execute("SELECT 1").fetchall()
+        with pytest.raises(psycopg.Error):   # a Sync (as a general-path call's RELEASE sends) ends the
+            store._db.sync()                 # failed pipeline: the transaction stays aborted, and its
+                                             # COMMIT is answered ROLLBACK
     assert told == []
     store.settle()
     assert len(told) == 1 and isinstance(told[0][1], CurvineError) and "ROLLBACK" in told[0][1].message

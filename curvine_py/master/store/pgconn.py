@@ -255,7 +255,7 @@ class PgWriter:
                 raise lost(exc) from None
             if self._inflight is None:
                 raise
-        if self._inflight is not None and self._inflight.commit.pgresult is not None:
+        if self._inflight is not None and self._answered(self._inflight):
             self.settle()                 # its answer came in with this send: the batch before is told now
         return cursor
 
@@ -268,7 +268,7 @@ class PgWriter:
             return
         started = self._open and not self._lazy          # the next batch's statements share the pipeline
         failure: BaseException | None = None
-        if inflight.commit.pgresult is None:             # not in yet: wait for it
+        if not self._answered(inflight):                 # not in yet: wait for it
             try:
                 if not (started and self._pipeline is not None):
                     self._leave_pipeline()
@@ -295,15 +295,22 @@ class PgWriter:
                         self.conn.execute("ROLLBACK")
         inflight.then(outcome)
 
+    def _answered(self, inflight: _InFlight) -> bool:
+        """The COMMIT's answer is in: a result, or an error psycopg took in (and raised) already."""
+        if inflight.commit.pgresult is not None:
+            return True
+        queue = getattr(self._pipeline, "result_queue", None)
+        return queue is not None and not any(item is not None and item[0] is inflight.commit for item in queue)
+
     def _await(self, inflight: _InFlight) -> bool:
         """Takes in answers as they arrive until the COMMIT's is in (True), without waiting for the
         statements sent behind it: psycopg's public sync() waits for every one. False when this
         psycopg has no such step (its pipeline internals changed): then the caller syncs."""
         pipeline = self._pipeline
         take_in = getattr(pipeline, "_communicate_gen", None)
-        if pipeline is None or take_in is None:
+        if pipeline is None or take_in is None or getattr(pipeline, "result_queue", None) is None:
             return False
-        while inflight.commit.pgresult is None:
+        while not self._answered(inflight):
             select.select([self.conn.fileno()], [], [], 1.0)
             try:
                 self.conn.wait(take_in())     # reads what arrived (raises a failed answer's error)
@@ -318,7 +325,7 @@ class PgWriter:
     def _begin(self, sql: str) -> None:
         then, self.then = self.then, None
         if self._inflight is not None and (then is None or self.conn.broken or self.conn.closed
-                                           or self._inflight.commit.pgresult is not None):
+                                           or self._answered(self._inflight)):
             self.settle()                 # a transaction that does not overlap waits for the one before
         if self._inflight is not None:
             # The COMMIT before is in flight: this batch goes behind it in the same pipeline, its
