@@ -53,6 +53,14 @@ def raw(pg: pgserver.PgServer, ns: Namespace, *statements: str) -> None:
             conn.execute(statement)  # type: ignore[call-overload]
 
 
+def boom(pg: pgserver.PgServer, ns: Namespace, delay_s: float = 0) -> None:
+    """Creating the name `boom` fails on the server (in production: a full disk, a bug)."""
+    raw(pg, ns, "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                f"IF NEW.name = 'boom' THEN PERFORM pg_sleep({delay_s}); RAISE EXCEPTION 'injected failure'; "
+                "END IF; RETURN NEW; END $$",
+        "CREATE TRIGGER boom BEFORE INSERT ON dentries FOR EACH ROW EXECUTE FUNCTION boom()")
+
+
 def test_the_batch_behind_a_commit_in_flight_is_told_after_it(store: Namespace) -> None:
     told: Told = []
     with store.batch(2, deferring=True, then=teller(told, "first")):
@@ -109,11 +117,7 @@ def test_a_session_killed_with_a_commit_in_flight_fails_it_and_the_batch_behind(
 
 def test_a_statement_failing_in_the_batch_in_flight_fails_the_batch_behind_it_too(
         pg: pgserver.PgServer, store: Namespace) -> None:
-    # Slow to fail, so its error arrives once the COMMIT behind it is in flight.
-    raw(pg, store, "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                   "IF NEW.name = 'boom' THEN PERFORM pg_sleep(1); RAISE EXCEPTION 'injected failure'; END IF; "
-                   "RETURN NEW; END $$",
-        "CREATE TRIGGER boom BEFORE INSERT ON dentries FOR EACH ROW EXECUTE FUNCTION boom()")
+    boom(pg, store, delay_s=1)             # slow to fail: its error arrives with the COMMIT in flight
     told: Told = []
     with store.batch(3, deferring=True, then=teller(told, "first")):
         mkfile(store, "a")
@@ -165,11 +169,7 @@ def test_a_commit_that_fails_on_the_server_fails_its_batch_and_the_one_behind(
 
 
 def test_a_commit_answered_with_rollback_fails_its_batch_alone(pg: pgserver.PgServer, store: Namespace) -> None:
-    # Slow to fail, so its error arrives once the COMMIT behind it is in flight.
-    raw(pg, store, "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                   "IF NEW.name = 'boom' THEN PERFORM pg_sleep(1); RAISE EXCEPTION 'injected failure'; END IF; "
-                   "RETURN NEW; END $$",
-        "CREATE TRIGGER boom BEFORE INSERT ON dentries FOR EACH ROW EXECUTE FUNCTION boom()")
+    boom(pg, store)
     told: Told = []
     with store.batch(3, deferring=True, then=teller(told, "first")):
         mkfile(store, "boom")
