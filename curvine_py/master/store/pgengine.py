@@ -41,7 +41,8 @@ from psycopg_pool import ConnectionPool
 
 from curvine_py.core.errors import CurvineError, NotLeader, Unavailable
 from curvine_py.master.engine.url import MetaURL
-from curvine_py.master.store.pgconn import PgReader, PgWriter, lost
+from curvine_py.master.store.pgconn import PgWriter, lost
+from curvine_py.master.store.pgread import PgReader
 
 log = logging.getLogger(__name__)
 
