@@ -97,8 +97,10 @@ class LocalCounter(_Family):
         return [family]
 
 
-class LocalHistogram(_Family):
-    """`NAME_bucket{label,le}`, `NAME_count`, `NAME_sum` from children that one thread observes."""
+class HistogramFamily(_Family):
+    """What a histogram family of one label shares, however its children are kept (here, and
+    observe/merged.py's): checked buckets, the family's names, and the exposition of per-bucket
+    counts as prometheus-client's `Histogram` renders them."""
 
     def __init__(self, name: str, documentation: str, label: str, registry: CollectorRegistry,
                  buckets: Sequence[float]) -> None:
@@ -106,8 +108,31 @@ class LocalHistogram(_Family):
         if not bounds or list(bounds) != sorted(set(bounds)):
             raise ValueError(f"{name}: buckets must be increasing and distinct: {buckets!r}")
         self._bounds = bounds
-        self._children: dict[str, HistogramChild] = {}
         super().__init__(name, documentation, label, registry)
+
+    def _family(self) -> HistogramMetricFamily:
+        return HistogramMetricFamily(self.name, self.documentation, labels=[self.label])
+
+    def _render(self, rows: Iterable[tuple[str, Sequence[int], float]]) -> HistogramMetricFamily:
+        """The family of (label value, per-bucket counts with +Inf last, sum) rows."""
+        family = self._family()
+        bounds = (*self._bounds, math.inf)
+        for value, counts, total in rows:
+            cumulative, buckets = 0, []
+            for bound, count in zip(bounds, counts, strict=True):
+                cumulative += count
+                buckets.append((_le(bound), float(cumulative)))
+            family.add_metric([value], buckets, total)
+        return family
+
+
+class LocalHistogram(HistogramFamily):
+    """`NAME_bucket{label,le}`, `NAME_count`, `NAME_sum` from children that one thread observes."""
+
+    def __init__(self, name: str, documentation: str, label: str, registry: CollectorRegistry,
+                 buckets: Sequence[float]) -> None:
+        self._children: dict[str, HistogramChild] = {}
+        super().__init__(name, documentation, label, registry, buckets)
 
     def labels(self, **labels: str) -> HistogramChild:
         value = self._label_value(labels)
@@ -116,19 +141,10 @@ class LocalHistogram(_Family):
             child = self._children[value] = HistogramChild(self._bounds)
         return child
 
-    def _family(self) -> HistogramMetricFamily:
-        return HistogramMetricFamily(self.name, self.documentation, labels=[self.label])
-
     def collect(self) -> Iterable[Metric]:
-        family = self._family()
-        for value, child in list(self._children.items()):
-            counts = list(child.counts)     # one read of each bucket: the count is their sum
-            cumulative, buckets = 0, []
-            for bound, count in zip((*self._bounds, math.inf), counts):
-                cumulative += count
-                buckets.append((_le(bound), float(cumulative)))
-            family.add_metric([value], buckets, child.sum)
-        return [family]
+        # One read of each bucket (list()): the count is their sum, so a scrape is consistent.
+        return [self._render((value, list(child.counts), child.sum)
+                             for value, child in list(self._children.items()))]
 
 
 def _le(bound: float) -> str:

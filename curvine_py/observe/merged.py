@@ -17,15 +17,13 @@ must not observe after it. Locked children serve any thread.
 """
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterable, Sequence
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.core import Metric
 
-from curvine_py.observe.local import HistogramChild
+from curvine_py.observe.local import HistogramChild, HistogramFamily
 
 
 class LockedChild(HistogramChild):
@@ -41,21 +39,14 @@ class LockedChild(HistogramChild):
             super().observe(amount)
 
 
-class MergedHistogram(Collector):
+class MergedHistogram(HistogramFamily):
     def __init__(self, name: str, documentation: str, label: str, registry: CollectorRegistry,
                  buckets: Sequence[float]) -> None:
-        bounds = tuple(float(b) for b in buckets if not math.isinf(b))
-        if not bounds or list(bounds) != sorted(set(bounds)):
-            raise ValueError(f"{name}: buckets must be increasing and distinct: {buckets!r}")
-        self.name = name
-        self.documentation = documentation
-        self.label = label
-        self._bounds = bounds
         self._lock = threading.Lock()
         self._shared: dict[str, LockedChild] = {}
         self._parts: dict[HistogramChild, str] = {}      # live parts -> their label value
         self._retired: dict[str, HistogramChild] = {}    # what retired parts counted, by label value
-        registry.register(self)
+        super().__init__(name, documentation, label, registry, buckets)
 
     def labels(self, **labels: str) -> LockedChild:
         value = self._label_value(labels)
@@ -85,17 +76,6 @@ class MergedHistogram(Collector):
             total.counts = [a + b for a, b in zip(total.counts, part.counts, strict=True)]
             total.sum += part.sum
 
-    def _label_value(self, labels: dict[str, str]) -> str:
-        if set(labels) != {self.label}:
-            raise ValueError(f"{self.name} takes the one label {self.label!r}, got {sorted(labels)}")
-        return labels[self.label]
-
-    def _family(self) -> HistogramMetricFamily:
-        return HistogramMetricFamily(self.name, self.documentation, labels=[self.label])
-
-    def describe(self) -> Iterable[Metric]:
-        return [self._family()]   # the names, for the registry's clash check at registration
-
     def collect(self) -> Iterable[Metric]:
         sums: dict[str, tuple[list[int], float]] = {}
         with self._lock:   # the set of children is stable meanwhile; their counts are read as they are
@@ -103,14 +83,4 @@ class MergedHistogram(Collector):
             for value, child in children:
                 counts, total = sums.get(value, ([0] * (len(self._bounds) + 1), 0.0))
                 sums[value] = ([a + b for a, b in zip(counts, list(child.counts), strict=True)], total + child.sum)
-        family = self._family()
-        bounds = (*self._bounds, math.inf)
-        for value, (counts, total) in sums.items():
-            cumulative = [sum(counts[:i + 1]) for i in range(len(counts))]
-            family.add_metric([value], [(_le(b), float(c)) for b, c in zip(bounds, cumulative, strict=True)], total)
-        return [family]
-
-
-def _le(bound: float) -> str:
-    # prometheus-client's own spelling of a bucket bound ("0.0001", "1.0", "+Inf").
-    return "+Inf" if math.isinf(bound) else repr(float(bound))
+        return [self._render((value, counts, total) for value, (counts, total) in sums.items())]
