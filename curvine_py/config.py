@@ -138,6 +138,7 @@ class MountConfig:
     fuse_fetch_ahead: int = 32 * MiB  # bytes fetched ahead of each read in threads (fuse/prefetch.py); 0: off
     fuse_fetch_budget: int = 256 * MiB    # all the mount's fetched-ahead chunks together
     fuse_fetch_threads: int = 2       # runs received at once (fuse/threadfetch.py)
+    fuse_fetch_local: bool = False    # fetch ahead also blocks stored on this node (by descriptor, in threads)
     fuse_switch_interval: float = 0.0005   # sys.setswitchinterval (see fuse/main.py)
     metrics_port: int = 0             # Prometheus /metrics (observe/); 0 = off, -1 = any free port
     metrics_host: str = "127.0.0.1"   # the address of that port

@@ -26,7 +26,8 @@ class Filesystem:
                  read_only: bool = False, attr_ttl: float = 0.0, names_ttl: float = 0.0,
                  reader: TrioBlockReader | None = None, dir_leases: bool = True,
                  read_ahead: int = 0, atime: str = "relatime", cache_versions: bool = True,
-                 fetch_ahead: int = 0, fetch_budget: int = 0, fetch_threads: int = 2) -> None:
+                 fetch_ahead: int = 0, fetch_budget: int = 0, fetch_threads: int = 2,
+                 fetch_local: bool = False) -> None:
         self.ctx = MountContext(client, offload, root=root, node=node, read_only=read_only,
                                 attr_ttl=attr_ttl, names_ttl=names_ttl, dir_leases=dir_leases,
                                 cache_versions=cache_versions)
@@ -35,7 +36,8 @@ class Filesystem:
         self.nodes = Nodes(self.ctx, self.session)
         self.atime = AtimeUpdates(self.ctx, atime)
         self.files = Files(self.ctx, self.session, reader=reader, read_ahead=read_ahead, atime=self.atime,
-                           fetch_ahead=fetch_ahead, fetch_budget=fetch_budget, fetch_threads=fetch_threads)
+                           fetch_ahead=fetch_ahead, fetch_budget=fetch_budget, fetch_threads=fetch_threads,
+                           fetch_local=fetch_local)
         self.setter = AttrSetter(self.ctx)
         self.dirs = Directories(self.ctx, self.nodes)
         self.xattrs = Xattrs(self.ctx)

@@ -72,7 +72,7 @@ def appends(flags: int) -> bool:
 class Files:
     def __init__(self, ctx: MountContext, session: SessionTask, *, reader: TrioBlockReader | None = None,
                  read_ahead: int = 0, atime: AtimeUpdates | None = None, fetch_ahead: int = 0,
-                 fetch_budget: int = 0, fetch_threads: int = 2) -> None:
+                 fetch_budget: int = 0, fetch_threads: int = 2, fetch_local: bool = False) -> None:
         self.ctx = ctx
         self.atime = atime
         self.session = session
@@ -88,9 +88,10 @@ class Files:
                 token=config.token, timeout_s=ctx.client.blocks.deadline_s, max_payload=config.max_payload,
                 per_worker=fetch_threads)
             fetch = self.fetch = ThreadedFetch(ctx.client.blocks, receiver, threads=fetch_threads,
-                                               is_local=ctx.client.io.is_local)
+                                               is_local=ctx.client.io.is_local,
+                                               local=reader.local if fetch_local else None)
             self.runs = ChunkRuns(reader, ahead=fetch_ahead, budget=max(fetch_budget, 4 * CHUNK),
-                                  fetch=fetch.read)
+                                  fetch=fetch.read, local=fetch_local)
         elif reader is not None:
             self.runs = ChunkRuns(reader)
         self._peek = aligned(4096)      # a target for learning the next block of a file

@@ -194,6 +194,39 @@ class LocalFds:
         self.hits += 1
         return data
 
+    async def read_in_thread(self, path: str, block: BlockInfo, offset: int, length: int, out: memoryview,
+                             minimum: int, limiter: trio.CapacityLimiter) -> memoryview:
+        """`read`, with the copies and the digests in a thread under `limiter` (chunk runs fetched
+        ahead, fuse/threadfetch.py): each chunk is hashed right after its preadv, while in cache."""
+        if offset % CHUNK:
+            raise LocalMiss(f"unaligned offset {offset}")
+        local = await self._open(path, block)
+        local.users += 1        # the thread only reads the descriptor and the digests
+        try:
+            n = min(length, local.length - offset)
+            if n < minimum or n < 0:
+                raise LocalMiss(f"block {block.block_id:x}: {local.length} bytes stored, {minimum} wanted")
+            data = out[:n]
+            bad = await trio.to_thread.run_sync(self._fill_and_check, local, data, offset, limiter=limiter)
+            if bad is not None:
+                self.drop(block.block_id)
+                raise LocalMiss(f"block {block.block_id:x}: chunk {bad} fails its digest")
+        finally:
+            local.release()
+        self.hits += 1
+        return data
+
+    @staticmethod
+    def _fill_and_check(local: LocalBlock, view: memoryview, offset: int) -> int | None:
+        """Fills `view` from byte `offset` of the block; the first chunk that fails its digest, or None."""
+        first = offset // CHUNK
+        for number, start in enumerate(range(0, len(view), CHUNK)):
+            piece = view[start:start + CHUNK]
+            LocalFds._fill_blocking(local.fd, piece, local.data_offset + offset + start)
+            if layout.checksum(piece) != local.digests[first + number]:
+                return first + number
+        return None
+
     @staticmethod
     async def _fill(fd: int, view: memoryview, position: int) -> None:
         done = 0

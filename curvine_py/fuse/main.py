@@ -68,6 +68,7 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
                     names_ttl=min(options.entry_timeout, options.attr_timeout), reader=reader,
                     read_ahead=options.read_ahead, atime=options.atime, fetch_ahead=options.fetch_ahead,
                     fetch_budget=options.fetch_budget, fetch_threads=options.fetch_threads,
+                    fetch_local=options.fetch_local,
                     cache_versions=options.validate_cache and not options.direct_io)
     ops = Operations(fs, Timeouts(options.attr_timeout, options.entry_timeout, options.negative_timeout),
                      writeback_cache=options.writeback_cache, direct_io=options.direct_io,

@@ -67,6 +67,7 @@ class MountOptions:
     fetch_ahead: int = 0          # bytes fetched ahead of each read in threads (fuse/prefetch.py)
     fetch_budget: int = 0
     fetch_threads: int = 2
+    fetch_local: bool = False
     metrics_port: int = 0         # Prometheus /metrics (observe/); 0 = off, -1 = any free port
     metrics_host: str = "127.0.0.1"
     log_format: str | None = None  # text or json (observe/logs.py); None: CURVINE_LOG_FORMAT, else text
@@ -203,6 +204,6 @@ def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions
         max_background=cfg.max_background, config=args.config, log_level=cfg.log_level.upper(),
         read_ahead=cfg.fuse_read_ahead, data_threads=cfg.fuse_data_threads, trio_reads=cfg.fuse_trio_reads,
         switch_interval=cfg.fuse_switch_interval, atime=cfg.atime, fetch_ahead=cfg.fuse_fetch_ahead,
-        fetch_budget=cfg.fuse_fetch_budget, fetch_threads=cfg.fuse_fetch_threads,
+        fetch_budget=cfg.fuse_fetch_budget, fetch_threads=cfg.fuse_fetch_threads, fetch_local=cfg.fuse_fetch_local,
         metrics_port=check_port(cfg.metrics_port, "--metrics-port"), metrics_host=cfg.metrics_host,
         log_format=args.log_format)

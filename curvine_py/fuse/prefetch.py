@@ -24,7 +24,7 @@ Memory: every run buffer this object holds (being fetched, listed, or pooled for
 against `budget`; a run that does not fit is not started (a read that needs it then goes the
 direct way, Files._fast_read). A read that needs room drops fetched, unwaited chunks oldest first;
 fetching ahead never drops anything. The last release of a file drops its unread chunks
-(`release`), and at most POOL_KEEP free buffers are kept for reuse. `counters` says what was
+(`release`); pooled buffers beyond POOL_KEEP are freed after TRIM_S seconds without a run. `counters` says what was
 fetched, held and dropped (tests, the stats xattr).
 
 Resource handling: run buffers are recycled once every chunk of the run was taken or dropped and
@@ -56,7 +56,11 @@ from curvine_py.fuse.dataplane import FastPathMiss, TrioBlockReader
 log = logging.getLogger(__name__)
 
 CHUNK = layout.CHUNK_SIZE
-POOL_KEEP = 8       # run buffers kept for reuse once their chunks are gone (the rest are freed)
+# Run buffers are reused, never fresh while a pooled one is free: writing into fresh anonymous memory
+# costs a page fault (and the kernel zeroing the page) per 4 KiB, which measured as much CPU per MiB
+# as a whole cold read's. An idle mount keeps POOL_KEEP of them.
+POOL_KEEP = 8
+TRIM_S = 5.0
 
 # fetch(view, block, offset, length, out, minimum) -> the verified bytes, in `out`; FastPathMiss
 Fetch = Callable[[View, BlockInfo, int, int, memoryview, int], Awaitable[memoryview]]
@@ -103,15 +107,17 @@ class _Entry:
 
 class ChunkRuns:
     def __init__(self, reader: TrioBlockReader, *, chunks: int = 4, budget: int = 64 * CHUNK,
-                 ahead: int = 0, fetch: Fetch | None = None) -> None:
+                 ahead: int = 0, fetch: Fetch | None = None, local: bool = False) -> None:
         """`fetch`: how a run is fetched (default: the reader's trio sockets); `ahead`: bytes
-        fetched ahead of a read (needs `start()`)."""
+        fetched ahead of a read (needs `start()`); `local`: runs for blocks stored on this node too
+        (a `fetch` that reads those by descriptor in threads)."""
         self._reader = reader
         self._fetch_fn: Fetch = fetch or reader.read
         self._chunks = chunks
         self._run_bytes = chunks * CHUNK
         self._budget = budget
         self.ahead = ahead
+        self._local = local
         self._entries: OrderedDict[tuple[int, int], _Entry] = OrderedDict()
         self._free: list[memoryview] = []
         self._returned: list[memoryview] = []
@@ -123,21 +129,27 @@ class ChunkRuns:
         return self.counters.runs
 
     async def start(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Runs fetches in the background until cancelled (the mount's nursery, fuse/main.py)."""
+        """Runs fetches in the background until cancelled (the mount's nursery, fuse/main.py),
+        and frees the pool beyond POOL_KEEP buffers once no run started for TRIM_S seconds."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
             try:
-                await trio.sleep_forever()
+                while True:
+                    started = self.counters.runs
+                    await trio.sleep(TRIM_S)
+                    if self.counters.runs == started:
+                        self._trim()
             finally:
                 self._nursery = None
 
     def wanted(self, view: View, block: BlockInfo, length: int, *, first: bool = False) -> bool:
         """Whether a read of `length` bytes of `block` goes through runs: whole-chunk reads from a
-        worker on another node (a local owner's file is read by descriptor, with no request cost,
-        and measured slower through threads), and with `ahead`, any read of a file's `first` chunk
+        worker on another node (unless `local`, a local owner's file is read by descriptor on the
+        trio thread, with no request cost), and with `ahead`, any read of a file's `first` chunk
         (it starts the fetch of the file's first `ahead` bytes)."""
-        return (length >= CHUNK or (first and self.ahead > 0)) and not self._reader.serves_locally(view, block)
+        return ((length >= CHUNK or (first and self.ahead > 0))
+                and (self._local or not self._reader.serves_locally(view, block)))
 
     def listed(self, block: BlockInfo, start: int) -> bool:
         return (block.block_id, start - start % CHUNK) in self._entries
@@ -225,10 +237,14 @@ class ChunkRuns:
     def _release(self, run: _Run) -> None:
         run.left -= 1
         if run.left == 0 and run.error is None:
-            if len(self._free) + len(self._returned) < POOL_KEEP:
-                self._returned.append(run.buffer)       # reused after this reply went out
-            else:
-                self._hold(-self._run_bytes)   # unmapped once no reply view refers to it any more
+            self._returned.append(run.buffer)       # reused after this reply went out
+
+    def _trim(self) -> None:
+        """Frees the pooled buffers beyond POOL_KEEP (each is unmapped once no reply view refers
+        to it any more)."""
+        pooled = self._free + self._returned
+        self._free, self._returned = pooled[:POOL_KEEP], []
+        self._hold(-self._run_bytes * (len(pooled) - len(self._free)))
 
     def _failed(self, block: BlockInfo, start: int, run: _Run, entries: list[_Entry], error: str) -> None:
         run.error = error

@@ -30,6 +30,7 @@ from curvine_py.core.domain import BlockInfo
 from curvine_py.core.errors import CurvineError
 from curvine_py.fuse.blockrecv import BlockReceiver
 from curvine_py.fuse.dataplane import FastPathMiss
+from curvine_py.fuse.localfds import LocalFds, LocalMiss
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +39,14 @@ THREADS = 2     # runs received at once per mount (config fuse_fetch_threads): 4
 
 class ThreadedFetch:
     def __init__(self, store: BlockStore, receiver: BlockReceiver | None, *, threads: int = THREADS,
-                 is_local: Callable[[WorkerAddress], bool] = lambda _worker: False) -> None:
-        """`receiver`: None to read every run through the client (TLS)."""
+                 is_local: Callable[[WorkerAddress], bool] = lambda _worker: False,
+                 local: LocalFds | None = None) -> None:
+        """`receiver`: None to read every TCP run through the client (TLS). `local`: the mount's
+        descriptors of blocks stored on this node (None: those go through the client too)."""
         self._store = store
         self._receiver = receiver
         self._is_local = is_local
+        self._local = local
         self.limiter = trio.CapacityLimiter(threads)
         self.fallbacks = 0      # runs read through the client after trouble with the receiver
 
@@ -50,6 +54,14 @@ class ThreadedFetch:
                    minimum: int) -> memoryview:
         """Verified bytes [offset, offset+length) of `block` into `out` (at least `minimum`), read
         in a thread. FastPathMiss when no copy could be read."""
+        here = self._here(view, block)
+        if here is not None and self._local is not None:
+            try:
+                return await self._local.read_in_thread(here.unix_socket, block, offset, length, out, minimum,
+                                                        self.limiter)
+            except LocalMiss as exc:
+                self.fallbacks += 1
+                log.info("block %x on this node: %s; reading it through the client", block.block_id, exc)
         try:
             data: memoryview = await trio.to_thread.run_sync(self._read, view, block, offset, length,
                                                              out[:length], minimum, limiter=self.limiter)
@@ -67,6 +79,11 @@ class ThreadedFetch:
                 self.fallbacks += 1     # (a thread's += on an int: a count for tests, racy at worst by one)
                 log.info("block %x: %s; reading it through the client", block.block_id, exc)
         return self._store.read(block, offset, length, out, minimum)
+
+    def _here(self, view: View, block: BlockInfo) -> WorkerAddress | None:
+        """A live holder of the block that runs on this node, if any."""
+        return next((view.workers[w] for w in block.worker_ids
+                     if w in view.workers and self._is_local(view.workers[w])), None)
 
     def _tcp_owner(self, view: View, block: BlockInfo) -> WorkerAddress | None:
         """The worker the receiver asks: the first live holder, recent failures last; None when a

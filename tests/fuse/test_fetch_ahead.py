@@ -17,6 +17,7 @@ import pytest
 from bench.common import evict
 from curvine_py.core.domain import Policy
 from curvine_py.fuse.pagecache import STATS_XATTR
+from tests.fuse.blockreads import flip_byte, stored_file
 from tests.fuse.mounts import Mount
 from tests.harness import Cluster, random_bytes, wait_until
 
@@ -59,14 +60,16 @@ def read_like_lmcache(path: pathlib.Path, size: int) -> bytes:
 SIZES = [1, MiB - 1, MiB, MiB + 1, 4 * MiB + 1, BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK + 4 * MiB + 5]
 
 
-@pytest.mark.parametrize("local", [False, True], ids=["tcp-owner", "owner-on-this-node"])
-def test_exact_bytes_around_chunk_run_and_block_edges(tmp_path: pathlib.Path, local: bool) -> None:
+@pytest.mark.parametrize(("local", "threads_here"), [(False, False), (True, False), (True, True)],
+                         ids=["tcp-owner", "owner-on-this-node", "owner-on-this-node-in-threads"])
+def test_exact_bytes_around_chunk_run_and_block_edges(tmp_path: pathlib.Path, local: bool,
+                                                      threads_here: bool) -> None:
     with Cluster(tmp_path / "cluster", workers=1) as cluster:
         small_blocks(cluster, "/edges")
         node = "node0" if local else "elsewhere"
+        env = {**fetching(8 * MiB), "CURVINE_FUSE_FETCH_LOCAL": "1" if threads_here else "0"}
         with Mount(cluster.master_address, tmp_path / "w") as writer, \
-                Mount(cluster.master_address, tmp_path / "r", args=["--node", node],
-                      env=fetching(8 * MiB)) as reader:
+                Mount(cluster.master_address, tmp_path / "r", args=["--node", node], env=env) as reader:
             blobs = {size: random_bytes(size, seed=size % 997) for size in SIZES}
             for size, data in blobs.items():
                 (writer.path / "edges" / f"f{size}").write_bytes(data)
@@ -85,7 +88,7 @@ def test_exact_bytes_around_chunk_run_and_block_edges(tmp_path: pathlib.Path, lo
             finally:
                 os.close(fd)
             counters = runs(reader)
-            if local:       # an owner on this node is read by descriptor (fuse/localfds.py), not in runs
+            if local and not threads_here:     # read by descriptor on the trio thread (fuse/localfds.py)
                 assert counters["runs"] == 0, counters
             else:
                 assert counters["ahead"] > 0 and counters["fetched_bytes"] > 0, counters
@@ -170,3 +173,30 @@ def test_the_memory_budget_holds_with_many_readers(tmp_path: pathlib.Path) -> No
             assert 0 < counters["peak_bytes"] <= budget, counters
             assert counters["held_bytes"] <= budget, counters
             assert counters["refused"] > 0, f"the budget never bound: {counters}"
+
+
+def test_a_bad_chunk_of_this_nodes_copy_is_never_served_from_a_thread(tmp_path: pathlib.Path) -> None:
+    with Cluster(tmp_path / "cluster", workers=1) as cluster:
+        small_blocks(cluster, "/bad")
+        env = {**fetching(8 * MiB), "CURVINE_FUSE_FETCH_LOCAL": "1"}
+        with Mount(cluster.master_address, tmp_path / "r", args=["--node", "node0"], env=env) as mount:
+            data = random_bytes(5 * MiB, seed=60)
+            (mount.path / "bad" / "f").write_bytes(data)
+            warm_up(mount, mount, "bad")
+            client = cluster.client()
+            block = client.master.get_blocks(client.fs.stat("/bad/f").ino).blocks[0]
+            flip_byte(stored_file(cluster, 0, block.block_id), block.length, 2 * MiB + 7)
+            evict(mount.path / "bad" / "f")
+            fd = os.open(mount.path / "bad" / "f", os.O_RDONLY)
+            try:
+                for offset in (0, MiB, 2 * MiB, 3 * MiB, 4 * MiB):
+                    try:
+                        got = os.pread(fd, MiB, offset)
+                    except OSError as exc:
+                        assert exc.errno == errno.EIO, exc
+                        continue
+                    assert offset != 2 * MiB, "the bad chunk was served"
+                    assert got == data[offset:offset + MiB], f"wrong bytes at {offset}"
+            finally:
+                os.close(fd)
+            assert runs(mount)["failed"] > 0, "its run failed as a whole"
