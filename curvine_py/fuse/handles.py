@@ -313,7 +313,7 @@ class Files:
                 runs.taken(block, start)
                 return data          # no await from here to the reply (prefetch.py)
             target[position - inner:stop - inner] = data[position - start:stop - start]
-            runs.used(block, start, stop - position)     # all of it copied: the kernel holds it now
+            runs.used(block, start, stop - position)     # taken once all of it was copied out
             position = stop
         return len(target)
 

@@ -24,8 +24,8 @@ Memory: every run buffer this object holds (being fetched, listed, or pooled for
 against `budget`; a run that does not fit is not started (a read that needs it then goes the
 direct way, Files._fast_read). A read that needs room drops fetched, unwaited chunks oldest first;
 fetching ahead never drops anything. The last release of a file drops its unread chunks
-(`release`); pooled buffers beyond POOL_KEEP are freed after TRIM_S seconds without a run. `counters` says what was
-fetched, held and dropped (tests, the stats xattr).
+(`release`); pooled buffers beyond POOL_KEEP are freed after TRIM_S seconds without a run.
+`counters` says what was fetched, held and dropped (tests, the stats xattr).
 
 Resource handling: run buffers are recycled once every chunk of the run was taken or dropped and
 no task waits on one (the same reply-then-reuse rule as readbuf.py: recycled buffers are handed out
