@@ -171,43 +171,25 @@ class LocalFds:
             self._retire(local)
 
     async def read(self, path: str, block: BlockInfo, offset: int, length: int, out: memoryview,
-                   minimum: int) -> memoryview:
+                   minimum: int, limiter: trio.CapacityLimiter | None = None) -> memoryview:
         """Verified bytes [offset, offset+length) of `block` (chunk-aligned, as for READ_BLOCK) into
-        `out`; at least `minimum` of them. LocalMiss on any trouble (the caller falls back)."""
+        `out`; at least `minimum` of them. LocalMiss on any trouble (the caller falls back). With
+        `limiter`, the copies and the digests run in a thread under it (chunk runs fetched ahead,
+        fuse/threadfetch.py), each chunk hashed right after its preadv, while in cache."""
         if offset % CHUNK:
             raise LocalMiss(f"unaligned offset {offset}")
         local = await self._open(path, block)
-        local.users += 1
+        local.users += 1        # a thread only reads the descriptor and the digests
         try:
             n = min(length, local.length - offset)
             if n < minimum or n < 0:
                 raise LocalMiss(f"block {block.block_id:x}: {local.length} bytes stored, {minimum} wanted")
             data = out[:n]
-            await self._fill(local.fd, data, local.data_offset + offset)
-            first = offset // CHUNK
-            for number, start in enumerate(range(0, n, CHUNK)):
-                if layout.checksum(data[start:start + CHUNK]) != local.digests[first + number]:
-                    self.drop(block.block_id)
-                    raise LocalMiss(f"block {block.block_id:x}: chunk {first + number} fails its digest")
-        finally:
-            local.release()
-        self.hits += 1
-        return data
-
-    async def read_in_thread(self, path: str, block: BlockInfo, offset: int, length: int, out: memoryview,
-                             minimum: int, limiter: trio.CapacityLimiter) -> memoryview:
-        """`read`, with the copies and the digests in a thread under `limiter` (chunk runs fetched
-        ahead, fuse/threadfetch.py): each chunk is hashed right after its preadv, while in cache."""
-        if offset % CHUNK:
-            raise LocalMiss(f"unaligned offset {offset}")
-        local = await self._open(path, block)
-        local.users += 1        # the thread only reads the descriptor and the digests
-        try:
-            n = min(length, local.length - offset)
-            if n < minimum or n < 0:
-                raise LocalMiss(f"block {block.block_id:x}: {local.length} bytes stored, {minimum} wanted")
-            data = out[:n]
-            bad = await trio.to_thread.run_sync(self._fill_and_check, local, data, offset, limiter=limiter)
+            if limiter is None:
+                await self._fill(local.fd, data, local.data_offset + offset)
+                bad = self._first_bad(local, data, offset)
+            else:
+                bad = await trio.to_thread.run_sync(self._fill_and_check, local, data, offset, limiter=limiter)
             if bad is not None:
                 self.drop(block.block_id)
                 raise LocalMiss(f"block {block.block_id:x}: chunk {bad} fails its digest")
@@ -215,6 +197,15 @@ class LocalFds:
             local.release()
         self.hits += 1
         return data
+
+    @staticmethod
+    def _first_bad(local: LocalBlock, data: memoryview, offset: int) -> int | None:
+        """The first chunk of `data` (from byte `offset` of the block) failing its digest, or None."""
+        first = offset // CHUNK
+        for number, start in enumerate(range(0, len(data), CHUNK)):
+            if layout.checksum(data[start:start + CHUNK]) != local.digests[first + number]:
+                return first + number
+        return None
 
     @staticmethod
     def _fill_and_check(local: LocalBlock, view: memoryview, offset: int) -> int | None:

@@ -57,8 +57,8 @@ class ThreadedFetch:
         here = self._here(view, block)
         if here is not None and self._local is not None:
             try:
-                return await self._local.read_in_thread(here.unix_socket, block, offset, length, out, minimum,
-                                                        self.limiter)
+                return await self._local.read(here.unix_socket, block, offset, length, out, minimum,
+                                              limiter=self.limiter)
             except LocalMiss as exc:
                 self.fallbacks += 1
                 log.info("block %x on this node: %s; reading it through the client", block.block_id, exc)
