@@ -1,7 +1,8 @@
 """Counts the Python and C calls of a `curvine-py mount` process by bench phase (bench/fuse_calls.py
 puts this directory on the mount's PYTHONPATH; Python imports `sitecustomize` at start-up).
 
-Active only when CALLCOUNT_DIR is set and the process is a mount. The phase is what
+Active only when CALLCOUNT_DIR is set and the process is a `curvine-py ROLE` of CALLCOUNT_ROLE
+(default: mount). The phase is what
 bench/fuse_rows.py writes to CALLCOUNT_DIR/phase (its STATGAP_PROF hook), re-read every 50 ms by a
 thread that also writes the counts to CALLCOUNT_DIR/counts-PID.json once a second. The profile hook
 makes the process several times slower: counts are the measure here, never time.
@@ -56,5 +57,5 @@ def _start(where: str) -> None:
     threading.setprofile(profile)
 
 
-if _DIR and "mount" in sys.argv[1:3]:
+if _DIR and os.environ.get("CALLCOUNT_ROLE", "mount") in sys.argv[1:3]:
     _start(_DIR)
