@@ -1,7 +1,8 @@
 """Large directories through the mount and through the library, for comparing checkouts (issue
 9: the cost of a ReadDir page since the domain-type layer, docs/benchmarks.md notes:restructuring):
-`ls -l` of a 10k-entry directory (readdirplus pages of 512 from the master, then an lstat per
-name), a `stat` of every name in name order (after the kernel's entries expired: the mount's
+`ls` of a 10k-entry directory (readdirplus pages of 512 from the master), `ls -l` (then an lstat
+and an lgetxattr of security.selinux per name), that lgetxattr of every name alone, a `stat` of
+every name in name order (after the kernel's entries expired: the mount's
 hot-directory prefetch, fuse/names.py, answers most of them from fetched pages), and the
 library's `FileSystem.ls` of the same directory (readdir_all and a FileStatus per entry) as the
 baseline. Wall time and the mount's and the master's CPU per row (from /proc).
@@ -17,6 +18,7 @@ both sides of the restructuring share (Cluster, Mount, create_many, resolve, fs.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import pathlib
@@ -27,7 +29,7 @@ import tempfile
 import time
 from typing import Any
 
-ROWS = ("mnt_ls_l", "mnt_stat_every_name", "lib_ls")
+ROWS = ("mnt_ls", "mnt_ls_l", "mnt_stat_every_name", "mnt_selinux_xattr_every_name", "lib_ls")
 
 
 def one(out: str, entries: int, repeats: int) -> None:
@@ -59,14 +61,30 @@ def one(out: str, entries: int, repeats: int) -> None:
                     listed = subprocess.run(["ls", "-l", str(big)], capture_output=True, text=True, check=True)
                     assert listed.stdout.count("\n") == entries + 1          # "total" and a line each
 
+                def ls(_: object) -> None:
+                    listed = subprocess.run(["ls", str(big)], capture_output=True, text=True, check=True)
+                    assert listed.stdout.count("\n") == entries
+
+                def no_selinux_label(path: pathlib.Path) -> None:
+                    try:
+                        os.getxattr(path, "security.selinux", follow_symlinks=False)
+                    except OSError as exc:     # what ls -l's lgetxattr gets for each name
+                        assert exc.errno in (errno.ENODATA, errno.EOPNOTSUPP), exc
+                    else:
+                        raise AssertionError(f"{path} has a security.selinux label")
+
                 def lib_ls(_: object) -> None:
                     assert len(client.fs.ls("/big")) == entries
 
                 for _ in range(repeats):
                     time.sleep(1.2)             # the kernel's entries and attributes expire
+                    results["mnt_ls"].append(per_entry(timed("mnt_ls", ls, [None], procs), entries))
+                    time.sleep(1.2)
                     results["mnt_ls_l"].append(per_entry(timed("mnt_ls_l", ls_l, [None], procs), entries))
                     time.sleep(1.2)
                     results["mnt_stat_every_name"].append(timed("mnt_stat_every_name", os.stat, paths, procs))
+                    results["mnt_selinux_xattr_every_name"].append(
+                        timed("mnt_selinux_xattr_every_name", no_selinux_label, paths, procs))
                     results["lib_ls"].append(per_entry(timed("lib_ls", lib_ls, [None], procs), entries))
     pathlib.Path(out).write_text(json.dumps(results) + "\n")
 
