@@ -1,19 +1,23 @@
 """Large directories through the mount and through the library, for comparing checkouts (issue
 9: the cost of a ReadDir page since the domain-type layer, docs/benchmarks.md notes:restructuring):
 `ls` of a 10k-entry directory (readdirplus pages of 512 from the master), `ls -l` (then an lstat
-and an lgetxattr of security.selinux per name), that lgetxattr of every name alone, a `stat` of
-every name in name order (after the kernel's entries expired: the mount's
-hot-directory prefetch, fuse/names.py, answers most of them from fetched pages), and the
-library's `FileSystem.ls` of the same directory (readdir_all and a FileStatus per entry) as the
-baseline. Wall time and the mount's and the master's CPU per row (from /proc).
+and an lgetxattr of security.selinux per name), that lgetxattr alone (of the first 2,000 names), a
+`stat` of every name in name order (after the kernel's entries expired: the mount's hot-directory
+prefetch, fuse/names.py, answers most of them from fetched pages), and the library's
+`FileSystem.ls` of the same directory (readdir_all and a FileStatus per entry) as the baseline.
+Wall time and the mount's and the master's CPU per entry (from /proc), every mount row after the
+kernel's entries and attributes expired.
 
-    PYTHONPATH=CHECKOUT .venv/bin/python bench/fuse_readdir.py one OUT.json [--entries N] [--repeats R]
-    .venv/bin/python bench/fuse_readdir.py ab OUT.json NAME=CHECKOUT NAME=CHECKOUT [--rounds K]
+    .venv/bin/python bench/fuse_readdir.py ab OUT.json NAME=CHECKOUT NAME=CHECKOUT [--repeats 5]
+    .venv/bin/python bench/fuse_readdir.py show OUT.json
 
-`ab` runs `one` for each checkout in turn (its own cluster and mount), K rounds, the order
-alternating, and prints per side the medians over every repeat of every round. Uses only what
-both sides of the restructuring share (Cluster, Mount, create_many, resolve, fs.ls; bench/fuse_rows'
-/proc helpers).
+`ab` starts one worker per checkout (PYTHONPATH=CHECKOUT, cwd CHECKOUT, this file's code), each
+with its own cluster, mount and directory, all running at once, and asks them for a sample of
+each row in turns, the order alternating, so both sides see the same load; it prints per side the
+medians over the samples and the medians of the per-sample ratios to the first side. Whole runs
+one after the other spread too much on a shared machine (one side's CPU per entry 0.8x-1.3x the
+other's in rows the change does not touch). Uses only what both sides of the restructuring share
+(Cluster, Mount, create_many, resolve, fs.ls; bench/fuse_rows' /proc helpers).
 """
 from __future__ import annotations
 
@@ -27,26 +31,28 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 ROWS = ("mnt_ls", "mnt_ls_l", "mnt_stat_every_name", "mnt_selinux_xattr_every_name", "lib_ls")
+XATTR_NAMES = 2_000
+EXPIRE_S = 1.2          # the mount's entry and attribute timeouts are 1 s
 
 
-def one(out: str, entries: int, repeats: int) -> None:
+def serve(entries: int) -> None:
+    """ab's worker: for each row name read from stdin, one sample of it (JSON) on stdout."""
     from bench.fuse_rows import timed, tree
     from curvine_py.core.domain import FileType, NewNode
     from tests.fuse.mounts import Mount
     from tests.harness import Cluster
 
-    results: dict[str, list[dict[str, float]]] = {row: [] for row in ROWS}
     with tempfile.TemporaryDirectory(prefix="bench-fuse-readdir-") as tmp:
         root = pathlib.Path(tmp)
         with Cluster(root / "cluster", workers=1) as cluster:
             client = cluster.client()
             with Mount(cluster.master_address, root / "mnt", env={"CURVINE_FUSE_FAIL_FAST": "0"}) as mount:
                 assert cluster.master is not None and mount.process is not None
-                procs = {"mount": tree(mount.process.process.pid), "master": tree(cluster.master.process.pid),
-                         "bench": [os.getpid()]}
+                procs = {"mount": tree(mount.process.process.pid), "master": tree(cluster.master.process.pid)}
                 top = client.master.create(NewNode(client.master.resolve("/").ino, "big", FileType.DIRECTORY,
                                                    0o755))
                 names = [f"file-{i:06d}" for i in range(entries)]
@@ -57,13 +63,11 @@ def one(out: str, entries: int, repeats: int) -> None:
                 big = mount.path / "big"
                 paths = [big / n for n in names]
 
-                def ls_l(_: object) -> None:
-                    listed = subprocess.run(["ls", "-l", str(big)], capture_output=True, text=True, check=True)
-                    assert listed.stdout.count("\n") == entries + 1          # "total" and a line each
-
-                def ls(_: object) -> None:
-                    listed = subprocess.run(["ls", str(big)], capture_output=True, text=True, check=True)
-                    assert listed.stdout.count("\n") == entries
+                def run(*argv: str, lines: int) -> Callable[[object], None]:
+                    def listing(_: object) -> None:
+                        listed = subprocess.run([*argv, str(big)], capture_output=True, text=True, check=True)
+                        assert listed.stdout.count("\n") == lines
+                    return listing
 
                 def no_selinux_label(path: pathlib.Path) -> None:
                     try:
@@ -76,77 +80,106 @@ def one(out: str, entries: int, repeats: int) -> None:
                 def lib_ls(_: object) -> None:
                     assert len(client.fs.ls("/big")) == entries
 
-                for _ in range(repeats):
-                    time.sleep(1.2)             # the kernel's entries and attributes expire
-                    results["mnt_ls"].append(per_entry(timed("mnt_ls", ls, [None], procs), entries))
-                    time.sleep(1.2)
-                    results["mnt_ls_l"].append(per_entry(timed("mnt_ls_l", ls_l, [None], procs), entries))
-                    time.sleep(1.2)
-                    results["mnt_stat_every_name"].append(timed("mnt_stat_every_name", os.stat, paths, procs))
-                    results["mnt_selinux_xattr_every_name"].append(
-                        timed("mnt_selinux_xattr_every_name", no_selinux_label, paths, procs))
-                    results["lib_ls"].append(per_entry(timed("lib_ls", lib_ls, [None], procs), entries))
-    pathlib.Path(out).write_text(json.dumps(results) + "\n")
+                # row -> (what one call does, its items, entries per item)
+                rows: dict[str, tuple[Callable[[Any], object], list[Any], int]] = {
+                    "mnt_ls": (run("ls", lines=entries), [None], entries),
+                    "mnt_ls_l": (run("ls", "-l", lines=entries + 1), [None], entries),   # "total" + a line each
+                    "mnt_stat_every_name": (os.stat, paths, 1),
+                    "mnt_selinux_xattr_every_name": (no_selinux_label, paths[:XATTR_NAMES], 1),
+                    "lib_ls": (lib_ls, [None], entries),
+                }
+                print("ready", flush=True)
+                for line in sys.stdin:
+                    row = line.strip()
+                    action, items, per_item = rows[row]
+                    if row.startswith("mnt_"):
+                        time.sleep(EXPIRE_S)
+                    sample = timed(row, action, items, procs)
+                    print(json.dumps(per_entry(sample, per_item)), flush=True)
 
 
 def per_entry(row: dict[str, float], entries: int) -> dict[str, float]:
-    """A row timed once per listing, as rates and CPU per entry."""
-    return {k: v * entries if k == "rate" else v / entries for k, v in row.items()}
+    """A row timed per listing, as rates and CPU per entry (and only those)."""
+    keys = ("rate", "mount_cpu_us", "master_cpu_us")
+    return {k: row[k] * entries if k == "rate" else row[k] / entries for k in keys}
 
 
-def summarise(side: list[dict[str, list[dict[str, float]]]]) -> dict[str, dict[str, float]]:
-    out = {}
-    for row in ROWS:
-        samples = [s for run in side for s in run[row]]
-        keys = sorted({k for s in samples for k in s})
-        out[row] = {k: statistics.median(s.get(k, 0.0) for s in samples) for k in keys}
+def summary(samples: dict[str, dict[str, list[dict[str, float]]]], base: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, rows in samples.items():
+        out[name] = {}
+        for row, got in rows.items():
+            medians = {k: statistics.median(s[k] for s in got) for k in got[0]}
+            ratios = {f"{k}_ratio": statistics.median(s[k] / b[k] if b[k] else float("nan")
+                                                      for s, b in zip(got, samples[base][row], strict=True))
+                      for k in ("rate", "mount_cpu_us", "master_cpu_us")}
+            out[name][row] = medians | ratios
     return out
 
 
-def report(runs: dict[str, list[Any]], loads: list[float]) -> None:
-    print(f"after {len(loads)} round(s), load (1 min) after each: {', '.join(f'{x:.1f}' for x in loads)}")
-    print("| row | side | entries/s | mount CPU us/entry | master CPU us/entry |")
+def report(doc: dict[str, Any]) -> None:
+    loads = doc["load_1min"]
+    names = list(doc["sides"])
+    base = names[0]
+    print(f"{doc['repeats']} samples per row and side, load (1 min) {min(loads):.1f}-{max(loads):.1f}")
+    print("| row | " + " | ".join(f"{n}: entries/s, mount / master CPU us per entry" for n in names) + " | " +
+          " | ".join(f"{n} / {base}: rate, mount CPU, master CPU" for n in names[1:]) + " |")
+    s = doc["summary"]
     for row in ROWS:
-        for name, side in runs.items():
-            s = summarise(side)[row]
-            print(f"| {row} | {name} | {s['rate']:,.0f} | {s['mount_cpu_us']:.1f} | {s['master_cpu_us']:.1f} |",
-                  flush=True)
+        cells = [f"{s[n][row]['rate']:,.0f}, {s[n][row]['mount_cpu_us']:.1f} / {s[n][row]['master_cpu_us']:.1f}"
+                 for n in names]
+        ratios = [f"{s[n][row]['rate_ratio']:.2f}, {s[n][row]['mount_cpu_us_ratio']:.2f}, "
+                  f"{s[n][row]['master_cpu_us_ratio']:.2f}" for n in names[1:]]
+        print(f"| {row} | " + " | ".join(cells + ratios) + " |")
 
 
-def ab(out: str, sides: list[str], rounds: int, entries: int, repeats: int) -> None:
-    named = [s.split("=", 1) for s in sides]
-    runs: dict[str, list[Any]] = {name: [] for name, _ in named}
-    loads = []
-    for r in range(rounds):
-        order = named if r % 2 == 0 else named[::-1]
-        for name, checkout in order:
-            with tempfile.NamedTemporaryFile(suffix=".json") as f:
-                subprocess.run([sys.executable, os.path.abspath(__file__), "one", f.name, "--entries", str(entries),
-                                "--repeats", str(repeats)], check=True, cwd=checkout,
-                               env={**os.environ, "PYTHONPATH": checkout})
-                runs[name].append(json.loads(pathlib.Path(f.name).read_text()))
-        loads.append(os.getloadavg()[0])
-        report(runs, loads)
-        pathlib.Path(out).write_text(json.dumps({"entries": entries, "repeats": repeats, "sides": dict(named),
-                                                 "load_1min": loads, "runs": runs}) + "\n")
+def ab(out: str, sides: list[tuple[str, str]], repeats: int, entries: int) -> None:
+    workers = {}
+    try:
+        for name, checkout in sides:
+            workers[name] = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "serve", "--entries", str(entries)], cwd=checkout,
+                env={**os.environ, "PYTHONPATH": checkout}, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for worker in workers.values():
+            assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
+        samples: dict[str, dict[str, list[dict[str, float]]]] = {n: {row: [] for row in ROWS} for n, _ in sides}
+        loads = [os.getloadavg()[0]]
+        for r in range(repeats):
+            for row in ROWS:
+                for name, _ in (sides if r % 2 == 0 else sides[::-1]):
+                    worker = workers[name]
+                    assert worker.stdin is not None and worker.stdout is not None
+                    worker.stdin.write(row + "\n")
+                    worker.stdin.flush()
+                    samples[name][row].append(json.loads(worker.stdout.readline()))
+            loads.append(os.getloadavg()[0])
+            doc = {"entries": entries, "repeats": r + 1, "sides": dict(sides), "load_1min": loads,
+                   "samples": samples, "summary": summary(samples, sides[0][0])}
+            pathlib.Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+            report(doc)
+    finally:
+        for worker in workers.values():
+            if worker.stdin is not None:
+                worker.stdin.close()
+            worker.wait(timeout=120)
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("mode", choices=["one", "ab", "show"])
-    p.add_argument("out")
-    p.add_argument("sides", nargs="*")
+    p.add_argument("mode", choices=["ab", "serve", "show"])
+    p.add_argument("out", nargs="?")
+    p.add_argument("sides", nargs="*", help="ab: NAME=CHECKOUT, the first is the baseline")
     p.add_argument("--entries", type=int, default=10_000)
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5, help="samples of each row per side")
     a = p.parse_args(argv)
-    if a.mode == "one":
-        one(a.out, a.entries, a.repeats)
+    if a.mode == "serve":
+        serve(a.entries)
     elif a.mode == "ab":
-        ab(a.out, a.sides, a.rounds, a.entries, a.repeats)
+        if not a.out or len(a.sides) < 2 or not all("=" in s for s in a.sides):
+            p.error("ab needs OUT.json and at least two NAME=CHECKOUT")
+        ab(a.out, [(n, c) for n, c in (s.split("=", 1) for s in a.sides)], a.repeats, a.entries)
     else:
-        doc = json.loads(pathlib.Path(a.out).read_text())
-        report(doc["runs"], doc["load_1min"])
+        report(json.loads(pathlib.Path(a.out).read_text()))
     return 0
 
 
