@@ -1,10 +1,13 @@
-"""What one ReadDir page costs beyond its bytes, in microseconds per page, medians of repeats:
-the mount's side (parsing a 512-entry reply; turning it into core's values,
-rpc/convert.dir_page_from_pb; that plus reading every entry's attributes, as a listing does
-(`listing`: with eager=True where the checkout has it, as fuse/readdir.py asks; `default_all_attrs`:
-without); the conversion plus filling the name cache and serving a tenth of its names, as a
-hot-directory prefetch that pays does, fuse/names.py) and the master's (the store's readdir from SQLite, rows -> core's
-values; domain -> protobuf -> bytes). The figures behind docs/benchmarks.md notes:restructuring.
+"""What one ReadDir page costs beyond its bytes, in microseconds per page, medians of repeats.
+The mount's side: parsing a 512-entry reply; turning it into core's values
+(rpc/convert.dir_page_from_pb); that plus reading every entry's attributes, as a listing does
+(`listing`: with eager=True where the checkout has it, as fuse/readdir.py asks;
+`default_all_attrs`: without); the conversion plus filling the name cache and serving a tenth of
+its names, as a hot-directory prefetch that pays does (fuse/names.py), or all of them (a stat
+of every name, the worst case for building an Attr on first read). The master's: the store's
+readdir from SQLite (rows -> core's values); domain -> protobuf -> bytes; and, for scale, as many
+lookup/getattr replies (an AttrReply each). The figures behind docs/benchmarks.md
+notes:restructuring.
 
     .venv/bin/python -m bench.convert_cost [--entries 512] [--repeats 9]
     .venv/bin/python bench/convert_cost.py ab OUT.json NAME=CHECKOUT NAME=CHECKOUT [--repeats 31]
@@ -31,8 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-ROWS = ("parse_us", "to_domain_us", "listing_us", "default_all_attrs_us", "name_cache_page_us",
-        "master_store_readdir_us", "master_build_and_serialize_us")
+ROWS = ("parse_us", "to_domain_us", "listing_us", "default_all_attrs_us", "name_cache_page_us", "name_cache_all_served_us",
+        "master_store_readdir_us", "master_build_and_serialize_us", "master_attr_replies_us")
 
 
 def per_call_us(fn: Callable[[], object], loops: int, repeats: int) -> float:
@@ -69,9 +72,10 @@ def workloads(entries: int) -> tuple[dict[str, Callable[[], object]], Callable[[
         for entry in convert_page(reply).entries:
             entry.attr  # noqa: B018 (the read is the work)
 
-    served = [entry.name for entry in page[::10]]    # a page that pays serves a tenth of its names
+    tenth = [entry.name for entry in page[::10]]    # a page that pays serves a tenth of its names
+    every = [entry.name for entry in page]           # a stat of every name in order: all of them
 
-    def name_cache_page() -> None:
+    def name_cache_page(served: list[str]) -> None:
         cache = NameCache(60.0)
         cache.fill(7, convert.dir_page_from_pb(reply).entries, cache.generation)
         for name in served:
@@ -91,9 +95,11 @@ def workloads(entries: int) -> tuple[dict[str, Callable[[], object]], Callable[[
         "to_domain_us": lambda: convert.dir_page_from_pb(reply),
         "listing_us": lambda: every_attr(listing_page),
         "default_all_attrs_us": lambda: every_attr(convert.dir_page_from_pb),
-        "name_cache_page_us": name_cache_page,
+        "name_cache_page_us": lambda: name_cache_page(tenth),
+        "name_cache_all_served_us": lambda: name_cache_page(every),
         "master_store_readdir_us": lambda: ns.readdir(ROOT_INO, "", entries),
         "master_build_and_serialize_us": lambda: convert.readdir_reply(page, more=True).SerializeToString(),
+        "master_attr_replies_us": lambda: [convert.attr_reply(e.attr).SerializeToString() for e in page],
     }, close
 
 

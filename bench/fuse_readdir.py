@@ -8,7 +8,7 @@ prefetch, fuse/names.py, answers most of them from fetched pages), and the libra
 Wall time and the mount's and the master's CPU per entry (from /proc), every mount row after the
 kernel's entries and attributes expired.
 
-    .venv/bin/python bench/fuse_readdir.py ab OUT.json NAME=CHECKOUT NAME=CHECKOUT [--repeats 5]
+    .venv/bin/python bench/fuse_readdir.py ab OUT.json NAME=CHECKOUT NAME=CHECKOUT [--repeats 5] [--rows R,R]
     .venv/bin/python bench/fuse_readdir.py show OUT.json
 
 `ab` starts one worker per checkout (PYTHONPATH=CHECKOUT, cwd CHECKOUT, this file's code), each
@@ -125,7 +125,7 @@ def report(doc: dict[str, Any]) -> None:
     print("| row | " + " | ".join(f"{n}: entries/s, mount / master CPU us per entry" for n in names) + " | " +
           " | ".join(f"{n} / {base}: rate, mount CPU, master CPU" for n in names[1:]) + " |")
     s = doc["summary"]
-    for row in ROWS:
+    for row in (row for row in ROWS if row in s[base]):
         cells = [f"{s[n][row]['rate']:,.0f}, {s[n][row]['mount_cpu_us']:.1f} / {s[n][row]['master_cpu_us']:.1f}"
                  for n in names]
         ratios = [f"{s[n][row]['rate_ratio']:.2f}, {s[n][row]['mount_cpu_us_ratio']:.2f}, "
@@ -133,7 +133,7 @@ def report(doc: dict[str, Any]) -> None:
         print(f"| {row} | " + " | ".join(cells + ratios) + " |")
 
 
-def ab(out: str, sides: list[tuple[str, str]], repeats: int, entries: int) -> None:
+def ab(out: str, sides: list[tuple[str, str]], repeats: int, entries: int, rows: tuple[str, ...] = ROWS) -> None:
     workers = {}
     try:
         for name, checkout in sides:
@@ -142,10 +142,10 @@ def ab(out: str, sides: list[tuple[str, str]], repeats: int, entries: int) -> No
                 env={**os.environ, "PYTHONPATH": checkout}, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         for worker in workers.values():
             assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
-        samples: dict[str, dict[str, list[dict[str, float]]]] = {n: {row: [] for row in ROWS} for n, _ in sides}
+        samples: dict[str, dict[str, list[dict[str, float]]]] = {n: {row: [] for row in rows} for n, _ in sides}
         loads = [os.getloadavg()[0]]
         for r in range(repeats):
-            for row in ROWS:
+            for row in rows:
                 for name, _ in (sides if r % 2 == 0 else sides[::-1]):
                     worker = workers[name]
                     assert worker.stdin is not None and worker.stdout is not None
@@ -171,13 +171,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("sides", nargs="*", help="ab: NAME=CHECKOUT, the first is the baseline")
     p.add_argument("--entries", type=int, default=10_000)
     p.add_argument("--repeats", type=int, default=5, help="samples of each row per side")
+    p.add_argument("--rows", default=",".join(ROWS), help="ab: the rows to sample, comma-separated")
     a = p.parse_args(argv)
     if a.mode == "serve":
         serve(a.entries)
     elif a.mode == "ab":
         if not a.out or len(a.sides) < 2 or not all("=" in s for s in a.sides):
             p.error("ab needs OUT.json and at least two NAME=CHECKOUT")
-        ab(a.out, [(n, c) for n, c in (s.split("=", 1) for s in a.sides)], a.repeats, a.entries)
+        rows = tuple(a.rows.split(","))
+        if not set(rows) <= set(ROWS):
+            p.error(f"--rows: of {', '.join(ROWS)}")
+        ab(a.out, [(n, c) for n, c in (s.split("=", 1) for s in a.sides)], a.repeats, a.entries, rows)
     else:
         report(json.loads(pathlib.Path(a.out).read_text()))
     return 0
