@@ -67,9 +67,9 @@ _STORAGE_CLASSES_PB = (cpb.STORAGE_CLASS_UNSPECIFIED, cpb.CACHE, cpb.DURABLE)   
 # -- namespace ------------------------------------------------------------------------------
 
 def _fill_attr(p: cpb.Attr, a: Attr) -> None:
-    """Sets a's fields on the message in place: a third of the keyword constructor's cost, whose
-    result a parent message then copies again (readdir_reply: 4.2 -> 1.8 us per entry,
-    bench/convert_cost.py). The fields usually zero are skipped (proto3 sends no zero)."""
+    """Sets a's fields on the message in place, cheaper than the keyword constructor whose result
+    a parent message then copies again (bench/convert_cost.py ab: a 512-entry ReadDir reply 0.41x,
+    AttrReplies 0.64x). The fields usually zero are skipped (proto3 sends no zero)."""
     p.ino = a.ino
     p.type = a.type            # type: ignore[assignment]   # an IntEnum of the wire's numbers
     p.mode = a.mode
@@ -209,8 +209,8 @@ def readdir_reply(entries: Sequence[DirEntry], more: bool) -> mpb.ReadDirReply:
 def dir_page_from_pb(r: mpb.ReadDirReply, *, eager: bool = False) -> DirPage:
     """By default each entry's Attr is built when first read (DirEntry.deferred): the mount's name
     cache serves few of the names of most pages it fetches. `eager` builds them all now, for a
-    caller that reads every entry's attributes (a listing): deferring costs ~0.9 us an entry more
-    then (bench/convert_cost.py)."""
+    caller that reads every entry's attributes (a listing): deferring costs ~1.2x then
+    (bench/convert_cost.py, default_all_attrs)."""
     if eager:
         return DirPage(tuple([DirEntry(e.name, attr_from_pb(e.attr)) for e in r.entries]), r.more)
     deferred = DirEntry.deferred
