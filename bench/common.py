@@ -268,3 +268,39 @@ def scrape(address: str, names: Iterable[str]) -> dict[str, float]:
         if name in wanted:
             values[name] = float(value)
     return values
+
+
+def in_turns(command: Sequence[str], sides: Sequence[tuple[str, str]], rows: Sequence[str], repeats: int,
+             parse: Callable[[str], Any], each_repeat: Callable[[dict[str, dict[str, list[Any]]], list[float]], None]
+             | None = None) -> tuple[dict[str, dict[str, list[Any]]], list[float]]:
+    """Samples of `rows` from one worker per checkout, asked in turns: `command` runs once per
+    side (PYTHONPATH and cwd its checkout), prints "ready", then answers each row name it reads on
+    stdin with one line (`parse`d). The order of the sides alternates by repeat, so both see the
+    same load within a sample's time. Returns samples[side][row] and the 1-minute load average at
+    the start and after each repeat (`each_repeat` sees both so far, to write partial results)."""
+    workers: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for name, checkout in sides:
+            workers[name] = subprocess.Popen(list(command), cwd=checkout, env={**os.environ, "PYTHONPATH": checkout},
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for worker in workers.values():
+            assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
+        samples: dict[str, dict[str, list[Any]]] = {name: {row: [] for row in rows} for name, _ in sides}
+        loads = [os.getloadavg()[0]]
+        for r in range(repeats):
+            for row in rows:
+                for name, _ in (sides if r % 2 == 0 else sides[::-1]):
+                    worker = workers[name]
+                    assert worker.stdin is not None and worker.stdout is not None
+                    worker.stdin.write(row + "\n")
+                    worker.stdin.flush()
+                    samples[name][row].append(parse(worker.stdout.readline()))
+            loads.append(os.getloadavg()[0])
+            if each_repeat is not None:
+                each_repeat(samples, loads)
+        return samples, loads
+    finally:
+        for worker in workers.values():
+            if worker.stdin is not None:
+                worker.stdin.close()
+            worker.wait(timeout=120)

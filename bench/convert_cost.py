@@ -10,9 +10,9 @@ lookup/getattr replies (an AttrReply each). The figures behind docs/benchmarks.m
 notes:restructuring.
 
     .venv/bin/python -m bench.convert_cost [--entries 512] [--repeats 9]
-    .venv/bin/python bench/convert_cost.py ab OUT.json NAME=CHECKOUT NAME=CHECKOUT [--repeats 31]
+    .venv/bin/python -m bench.convert_cost ab OUT.json NAME=CHECKOUT NAME=CHECKOUT [--repeats 31]
 
-`ab` starts one worker per checkout (PYTHONPATH=CHECKOUT, this file's code) and asks them for a
+`ab` starts one worker per checkout (PYTHONPATH=CHECKOUT, this file's code; bench/common.in_turns) and asks them for a
 sample of each row in turns, the order alternating, so both see the same load; it prints per side
 the median (and min) over the samples and the median of the per-sample ratios to the first side.
 Only the API both sides share is used (DirEntry(name, attr), dir_page_from_pb,
@@ -27,7 +27,6 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -126,29 +125,9 @@ def ab(out: str, sides: list[tuple[str, str]], repeats: int, entries: int, loops
     """One worker per checkout, asked for a sample of each row in turns (the order alternating),
     so both sides see the same load within a fraction of a second; ratios are the medians of the
     per-sample ratios to the first side."""
-    workers = {}
-    for name, checkout in sides:
-        workers[name] = subprocess.Popen(
-            [sys.executable, __file__, "serve", "--entries", str(entries), "--loops", str(loops)],
-            env=dict(os.environ, PYTHONPATH=checkout), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert workers[name].stdout is not None and workers[name].stdout.readline().strip() == "ready"
-    samples: dict[str, dict[str, list[float]]] = {name: {row: [] for row in ROWS} for name, _ in sides}
-    loads = [os.getloadavg()[0]]
-    try:
-        for r in range(repeats):
-            for row in ROWS:
-                for name, _ in (sides if r % 2 == 0 else sides[::-1]):
-                    worker = workers[name]
-                    assert worker.stdin is not None and worker.stdout is not None
-                    worker.stdin.write(row + "\n")
-                    worker.stdin.flush()
-                    samples[name][row].append(float(worker.stdout.readline()))
-            loads.append(os.getloadavg()[0])
-    finally:
-        for worker in workers.values():
-            assert worker.stdin is not None
-            worker.stdin.close()
-            worker.wait()
+    from bench.common import in_turns
+    samples, loads = in_turns([sys.executable, os.path.abspath(__file__), "serve", "--entries", str(entries),
+                               "--loops", str(loops)], sides, ROWS, repeats, float)
     base = sides[0][0]
     summary = {name: {row: {"median": statistics.median(samples[name][row]), "min": min(samples[name][row]),
                             "ratio": statistics.median(x / y for x, y in zip(samples[name][row], samples[base][row],

@@ -8,12 +8,12 @@ prefetch, fuse/names.py, answers most of them from fetched pages), and the libra
 Wall time and the mount's and the master's CPU per entry (from /proc), every mount row after the
 kernel's entries and attributes expired.
 
-    .venv/bin/python bench/fuse_readdir.py ab OUT.json NAME=CHECKOUT NAME=CHECKOUT [--repeats 5] [--rows R,R]
-    .venv/bin/python bench/fuse_readdir.py show OUT.json
+    .venv/bin/python -m bench.fuse_readdir ab OUT.json NAME=CHECKOUT NAME=CHECKOUT [--repeats 5] [--rows R,R]
+    .venv/bin/python -m bench.fuse_readdir show OUT.json
 
-`ab` starts one worker per checkout (PYTHONPATH=CHECKOUT, cwd CHECKOUT, this file's code), each
-with its own cluster, mount and directory, all running at once, and asks them for a sample of
-each row in turns, the order alternating, so both sides see the same load; it prints per side the
+`ab` starts one worker per checkout (PYTHONPATH=CHECKOUT, cwd CHECKOUT, this file's code;
+bench/common.in_turns), each with its own cluster, mount and directory, all running at once, and
+asks them for a sample of each row in turns, the order alternating, so both sides see the same load; it prints per side the
 medians over the samples and the medians of the per-sample ratios to the first side. Whole runs
 one after the other spread too much on a shared machine (one side's CPU per entry 0.8x-1.3x the
 other's in rows the change does not touch). Uses only what both sides of the restructuring share
@@ -134,34 +134,16 @@ def report(doc: dict[str, Any]) -> None:
 
 
 def ab(out: str, sides: list[tuple[str, str]], repeats: int, entries: int, rows: tuple[str, ...] = ROWS) -> None:
-    workers = {}
-    try:
-        for name, checkout in sides:
-            workers[name] = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "serve", "--entries", str(entries)], cwd=checkout,
-                env={**os.environ, "PYTHONPATH": checkout}, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        for worker in workers.values():
-            assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
-        samples: dict[str, dict[str, list[dict[str, float]]]] = {n: {row: [] for row in rows} for n, _ in sides}
-        loads = [os.getloadavg()[0]]
-        for r in range(repeats):
-            for row in rows:
-                for name, _ in (sides if r % 2 == 0 else sides[::-1]):
-                    worker = workers[name]
-                    assert worker.stdin is not None and worker.stdout is not None
-                    worker.stdin.write(row + "\n")
-                    worker.stdin.flush()
-                    samples[name][row].append(json.loads(worker.stdout.readline()))
-            loads.append(os.getloadavg()[0])
-            doc = {"entries": entries, "repeats": r + 1, "sides": dict(sides), "load_1min": loads,
-                   "samples": samples, "summary": summary(samples, sides[0][0])}
-            pathlib.Path(out).write_text(json.dumps(doc, indent=1) + "\n")
-            report(doc)
-    finally:
-        for worker in workers.values():
-            if worker.stdin is not None:
-                worker.stdin.close()
-            worker.wait(timeout=120)
+    from bench.common import in_turns
+
+    def write(samples: dict[str, dict[str, list[dict[str, float]]]], loads: list[float]) -> None:
+        doc = {"entries": entries, "repeats": len(loads) - 1, "sides": dict(sides), "load_1min": loads,
+               "samples": samples, "summary": summary(samples, sides[0][0])}
+        pathlib.Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+        report(doc)
+
+    in_turns([sys.executable, os.path.abspath(__file__), "serve", "--entries", str(entries)], sides, rows, repeats,
+             json.loads, write)
 
 
 def main(argv: list[str]) -> int:
