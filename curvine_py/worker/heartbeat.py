@@ -33,10 +33,10 @@ from curvine_py.rpc.auth import call_metadata
 from curvine_py.rpc.channel import master_channel
 from curvine_py.rpc.errors import from_rpc_error
 from curvine_py.rpc.tls import TlsFiles
-from curvine_py.worker.server import WorkerState
 from curvine_py.worker.store import Store
 from curvine_py.worker.throttle import DEFAULT_INTERVAL_S as LOG_INTERVAL_S
 from curvine_py.worker.throttle import LogThrottle, Monotonic
+from curvine_py.worker.workerstate import WorkerState
 
 log = logging.getLogger(__name__)
 

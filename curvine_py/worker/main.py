@@ -31,9 +31,10 @@ from curvine_py.worker.limits import ConnectionGate, ServerLimits, raise_fd_limi
 from curvine_py.worker.lmauth import PeerFilter, check_lm_bind, parse_networks
 from curvine_py.worker.refuser import Refuser
 from curvine_py.worker.scrub import Scrubber
-from curvine_py.worker.server import DataServer, WorkerState
+from curvine_py.worker.server import DataServer
 from curvine_py.worker.shortcircuit import ShortCircuitServer, default_socket_path
 from curvine_py.worker.store import Store
+from curvine_py.worker.workerstate import WorkerState
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,9 @@ from curvine_py.core.errors import InvalidArgument
 from curvine_py.worker.limits import UNBOUNDED, ConnectionGate, ServerLimits
 from curvine_py.worker.listener import LISTEN_BACKLOG, Listener
 from curvine_py.worker.refuser import Refuser
-from curvine_py.worker.server import SessionOptions, WorkerState, session_handler
+from curvine_py.worker.server import session_handler
 from curvine_py.worker.store import Store
+from curvine_py.worker.workerstate import SessionOptions, WorkerState
 
 log = logging.getLogger(__name__)
 
