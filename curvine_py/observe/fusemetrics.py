@@ -19,11 +19,10 @@ import errno
 import functools
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
-from curvine_py.observe.local import CounterChild
-from curvine_py.observe.metrics import MountMetrics, Way
+from curvine_py.observe.metrics import MountMetrics
+from curvine_py.observe.tally import KvTally
 
 # The handlers of pyfuse3.Operations that the mount implements (fuse/operations.py).
 FUSE_OPS = ("lookup", "forget", "getattr", "setattr", "readlink", "mknod", "mkdir", "symlink", "link",
@@ -38,31 +37,14 @@ def _is_miss(exc: BaseException) -> bool:
     return getattr(exc, "errno", None) == errno.ENOENT
 
 
-@dataclass(frozen=True, slots=True)
-class _MountWay:
-    """The mount's children of the shared access families, folded into them at each scrape."""
-    hits: CounterChild
-    misses: CounterChild
-    sent: CounterChild
-    received: CounterChild
-
-    @classmethod
-    def of(cls, metrics: MountMetrics) -> _MountWay:
-        way: Way = "mount"
-        access, fold = metrics.access, metrics.folded.child
-        return cls(fold(access.hits.labels(way=way)), fold(access.misses.labels(way=way)),
-                   fold(access.sent.labels(way=way)), fold(access.received.labels(way=way)))
-
-
-def _counted(op: str, handler: Handler, metrics: MountMetrics, mount_way: _MountWay) -> Handler:
-    # Every child resolved once, here, and every one a local child (observe/local.py): a
-    # `labels()` call per request, then prometheus-client's own `inc` and `observe`, were most of
-    # what the wrapper cost a `stat` (docs/benchmarks.md notes:restructuring). Counts are bumped
-    # on `.value` itself, not through `inc()`: one Python call fewer per request, on the one
-    # writer thread the children allow.
+def _counted(op: str, handler: Handler, metrics: MountMetrics, tally: KvTally) -> Handler:
+    # Every child resolved once, here, each a local child (observe/local.py), and the access
+    # counts in the mount's tally (observe/tally.py): a `labels()` call per request, then
+    # prometheus-client's own `inc` and `observe`, were most of what the wrapper cost a `stat`
+    # (docs/benchmarks.md notes:restructuring). Counts are bumped on the attributes themselves,
+    # not through `inc()`: one Python call fewer per request, on the one writer thread both allow.
     requests = metrics.requests.labels(op=op)
     latency = metrics.request_latency.labels(op=op)
-    hits, misses, sent, received = mount_way.hits, mount_way.misses, mount_way.sent, mount_way.received
 
     @functools.wraps(handler)
     async def counted(*args: Any, **kwargs: Any) -> Any:
@@ -72,18 +54,21 @@ def _counted(op: str, handler: Handler, metrics: MountMetrics, mount_way: _Mount
             result = await handler(*args, **kwargs)
         except BaseException as exc:
             if op == "lookup" and _is_miss(exc):
-                misses.value += 1
+                tally.misses += 1
             else:
                 metrics.errors.record(exc)
             raise
         finally:
             latency.observe(time.perf_counter() - start)
         if op == "lookup":
-            (hits if getattr(result, "st_ino", 0) else misses).value += 1
+            if getattr(result, "st_ino", 0):
+                tally.hits += 1
+            else:
+                tally.misses += 1
         elif op == "read":
-            sent.value += len(result)
+            tally.sent += len(result)
         elif op == "write":
-            received.value += int(result)
+            tally.received += int(result)
         return result
 
     return counted
@@ -95,11 +80,11 @@ def instrument(operations: object, metrics: MountMetrics) -> int:
     if getattr(operations, "_curvine_instrumented", False):
         raise ValueError("these Operations are already instrumented")
     wrapped = 0
-    mount_way = _MountWay.of(metrics)
+    tally = metrics.tallies.open()   # the trio thread's, for the mount's life
     for op in FUSE_OPS:
         handler = getattr(operations, op, None)
         if handler is not None:
-            setattr(operations, op, _counted(op, handler, metrics, mount_way))
+            setattr(operations, op, _counted(op, handler, metrics, tally))
             wrapped += 1
     operations._curvine_instrumented = True  # type: ignore[attr-defined]
     return wrapped

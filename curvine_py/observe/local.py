@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import bisect
 import math
-import threading
 from collections.abc import Iterable, Sequence
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -150,28 +149,3 @@ class LocalHistogram(HistogramFamily):
 def _le(bound: float) -> str:
     # prometheus-client's own spelling of a bucket bound ("0.0001", "1.0", "+Inf").
     return "+Inf" if math.isinf(bound) else repr(float(bound))
-
-
-class FoldedCounters:
-    """Local children that stand for label children of ordinary prometheus `Counter`s (families
-    that other roles fill the usual way, such as `curvine_cache_hits_total{way}`): what a child
-    gained since the last fold is added to its counter by `fold`, which the registry's scrape hooks
-    run (observe/metrics.py ScrapeHooks), so a scrape sees everything counted before it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()      # folds may come from two scrapes at once
-        self._pairs: list[tuple[CounterChild, Counter, list[float]]] = []
-
-    def child(self, target: Counter) -> CounterChild:
-        local = CounterChild()
-        with self._lock:
-            self._pairs.append((local, target, [0.0]))
-        return local
-
-    def fold(self) -> None:
-        with self._lock:
-            for local, target, folded in self._pairs:
-                now = local.value
-                if now != folded[0]:
-                    target.inc(now - folded[0])
-                    folded[0] = now

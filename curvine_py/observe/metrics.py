@@ -30,8 +30,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from curvine_py.core.errors import CurvineError, errno_name
-from curvine_py.observe.local import FoldedCounters, LocalCounter, LocalHistogram
+from curvine_py.observe.local import LocalCounter, LocalHistogram
 from curvine_py.observe.merged import LockedChild, MergedHistogram
+from curvine_py.observe.tally import Tallies
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class StateCollector(Collector):
 class ScrapeHooks(Collector):
     """Callables run at the start of every collection of its registry (registered before the
     families, so what a hook adds is in the same scrape): counts a hot path keeps per thread are
-    added to the shared counters only when someone looks (worker/tally.py). A failing hook is
+    added to the shared counters only when someone looks (observe/tally.py). A failing hook is
     logged and the scrape goes on."""
 
     def __init__(self) -> None:
@@ -328,15 +329,15 @@ def register_master(registry: CollectorRegistry,
 class MountMetrics:
     """The mount's families. The per-request ones are local families (observe/local.py: one
     writer, the trio thread; a prometheus-client `inc` or `observe` per request was most of what
-    the request metrics cost a `stat`), and hot-path counts of the shared families go through
-    `folded` (added to `access`'s counters at each scrape)."""
+    the request metrics cost a `stat`), and its hits, misses and bytes of the shared families are
+    counted in a tally of `tallies` (observe/tally.py: added to `access`'s counters at each scrape)."""
 
     registry: CollectorRegistry
     access: AccessMetrics
     requests: LocalCounter
     request_latency: LocalHistogram
     errors: ErrorMetrics
-    folded: FoldedCounters
+    tallies: Tallies
 
     @contextlib.contextmanager
     def request(self, op: str) -> Iterator[None]:
@@ -357,17 +358,20 @@ class MountMetrics:
 def register_mount(registry: CollectorRegistry) -> MountMetrics:
     hooks = ScrapeHooks()
     registry.register(hooks)   # first: collected before the families it feeds
-    folded = FoldedCounters()
-    hooks.add(folded.fold)
     errors = _errors(registry)
+    access = _access(registry, errors)
+    way: Way = "mount"
+    tallies = Tallies(access.hits.labels(way=way), access.misses.labels(way=way),
+                      access.sent.labels(way=way), access.received.labels(way=way))
+    hooks.add(tallies.fold)
     return MountMetrics(
         registry=registry,
-        access=_access(registry, errors),
+        access=access,
         requests=LocalCounter("curvine_mount_requests", "FUSE requests by op", "op", registry),
         request_latency=LocalHistogram("curvine_mount_request_duration_seconds", "Duration of a FUSE request",
                                        "op", registry, LATENCY_BUCKETS),
         errors=errors,
-        folded=folded,
+        tallies=tallies,
     )
 
 

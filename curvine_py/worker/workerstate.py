@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry
 from curvine_py.core import frames
 from curvine_py.observe.local import HistogramChild
 from curvine_py.observe.metrics import WorkerMetrics, register_worker
+from curvine_py.observe.tally import Tallies
 from curvine_py.worker.limits import ServerLimits
-from curvine_py.worker.tally import Tallies
 
 
 class WorkerState:

@@ -1,7 +1,7 @@
 """observe/local.py: local counter and histogram families expose what prometheus-client's own
 `Counter` and `Histogram` expose for the same increments and observations (their `_created`
-samples aside), refuse a wrong label and bad buckets, and folded children add to their counters
-exactly once whatever the number of scrapes."""
+samples aside) and refuse a wrong label and bad buckets. (The mount's access counts go through
+observe/tally.py, tested in test_observe_tally.py.)"""
 from __future__ import annotations
 
 import pytest
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from curvine_py.observe.local import FoldedCounters, LocalCounter, LocalHistogram
-from curvine_py.observe.metrics import LATENCY_BUCKETS, ScrapeHooks
+from curvine_py.observe.local import LocalCounter, LocalHistogram
+from curvine_py.observe.metrics import LATENCY_BUCKETS
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -80,22 +80,3 @@ def test_wrong_labels_and_bad_buckets_are_refused() -> None:
         LocalHistogram("curvine_c_seconds", "c", "op", registry, (0.5, 0.5))
     with pytest.raises(ValueError):     # the registry's own check: one name, one family
         LocalCounter("curvine_a", "again", "op", registry)
-
-
-def test_folded_children_add_to_their_counters_once() -> None:
-    registry = CollectorRegistry()
-    hooks = ScrapeHooks()
-    registry.register(hooks)
-    folded = FoldedCounters()
-    hooks.add(folded.fold)
-    hits = Counter("curvine_cache_hits", "h", ["way"], registry=registry)
-    local = folded.child(hits.labels(way="mount"))
-    hits.labels(way="kv").inc(2)       # the usual way beside it, untouched by the fold
-    local.inc()
-    local.inc()
-    assert samples(registry)[("curvine_cache_hits_total", (("way", "mount"),))] == 2
-    assert samples(registry)[("curvine_cache_hits_total", (("way", "mount"),))] == 2   # no double count
-    local.inc(3)
-    s = samples(registry)
-    assert s[("curvine_cache_hits_total", (("way", "mount"),))] == 5
-    assert s[("curvine_cache_hits_total", (("way", "kv"),))] == 2

@@ -1,6 +1,7 @@
-"""The data plane's KV counts (lookups answered, payload bytes in and out) kept per connection and
-added to the worker's Prometheus counters at scrape time (observe/metrics.py ScrapeHooks) and when
-the connection ends.
+"""Hot-path access counts (lookups answered, payload bytes in and out) kept per writer thread and
+added to the shared Prometheus counters at scrape time (observe/metrics.py ScrapeHooks) and when
+the writer ends: a worker's data connections each keep one, the mount's trio thread one for the
+mount's way.
 
 Why: a counter's `inc` is four Python calls and a lock; a GET made two of them (a hit, the bytes
 sent), a sizeable share of the ~75 calls a small GET costs the worker (bench/kv_profile.py). An

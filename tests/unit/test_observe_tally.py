@@ -1,4 +1,4 @@
-"""Per-connection KV counts (worker/tally.py) reach the worker's counters at every scrape and when
+"""Per-connection KV counts (observe/tally.py) reach the worker's counters at every scrape and when
 the connection ends, each request exactly once."""
 from __future__ import annotations
 
