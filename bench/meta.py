@@ -436,9 +436,7 @@ def _growth(results: list[dict[str, Any]], engine: str) -> list[str]:
         for op in OPS:
             a, b = small["concurrency"][threads][op], large["concurrency"][threads][op]
             # The sizes took turns in every repeat: the median of the per-repeat rate ratios.
-            pairs = list(zip(a.get("subject", ()), b.get("subject", ()), strict=False))
-            ratio = (common.median(q / p for p, q in pairs if p > 0) if pairs
-                     else b["ratio_median"] / a["ratio_median"])
+            ratio = common.median(q / p for p, q in zip(a["subject"], b["subject"], strict=True) if p > 0)
             cells.append(f"{ratio:.2f}")
         growth.append([threads] + cells)
     return [
