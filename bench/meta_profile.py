@@ -14,7 +14,7 @@ are on one clock) before it runs the master's own main():
     queue wait          queued until the store thread takes the batch
     begin               batch taken until the call's function starts (BEGIN, leadership check)
     function            the store call itself (Namespace.create / Membership.view); `sql` is the part
-                        spent in the PostgreSQL session's statements (pgconn._run / PgWriter.execute)
+                        spent in the PostgreSQL session's statements (pgconn.run_statement / PgWriter.execute)
     commit              the function's end until the batch's COMMIT returned
     wake                COMMIT returned until the handler thread is back from the future
     reply               handler back until it returns (the reply's conversion)
@@ -157,7 +157,7 @@ def instrument(records: list[dict[str, Any]]) -> None:
                 store_local.sql += now() - start
                 store_local.statements += 1
         return timed
-    pgconn._run = timing(pgconn._run)
+    pgconn.run_statement = timing(pgconn.run_statement)
     pgconn.PgWriter.execute = timing(pgconn.PgWriter.execute)  # type: ignore[method-assign]
     pgconn.PgWriter.defer = timing(pgconn.PgWriter.defer)  # type: ignore[method-assign]
 

@@ -85,10 +85,15 @@ def _answered_rows(cursor: psycopg.Cursor[Any]) -> bool:
     return result is not None and (result.nfields > 0 or result.status == pq.ExecStatus.TUPLES_OK)
 
 
-def _run(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> Rows:
-    cursor = conn.execute(translate(sql), params or None)
+def fetched(cursor: psycopg.Cursor[Any]) -> Rows:
+    """A statement's answer, fetched: its rows (if it answers rows), row count and command tag."""
     rows = cursor.fetchall() if _answered_rows(cursor) else []
     return Rows(rows, cursor.rowcount, cursor.statusmessage)
+
+
+def run_statement(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> Rows:
+    """One statement outside any pipeline, its answer fetched (the writer's and the readers')."""
+    return fetched(conn.execute(translate(sql), params or None))
 
 
 class _Pending:
@@ -217,7 +222,7 @@ class PgWriter:
             with contextlib.suppress(psycopg.Error):
                 self.sync()
         if self._pipeline is None:
-            return self.guard(lambda: _run(self.conn, sql, params))
+            return self.guard(lambda: run_statement(self.conn, sql, params))
         cursor = self.guard(lambda: self.conn.execute(translate(sql), params or None))
         if sql.startswith("SAVEPOINT"):
             self._savepoints += 1
@@ -374,7 +379,7 @@ class PgWriter:
         runs without BEGIN: the server commits it before it answers, one round trip in all, and the
         transaction's COMMIT then has nothing to send."""
         if self._open and self._lazy and self.single and self._pipeline is None:
-            return self.guard(lambda: _run(self.conn, sql, params))
+            return self.guard(lambda: run_statement(self.conn, sql, params))
         return self.execute(sql, params)
 
     def _server_spoke(self) -> bool:
@@ -389,14 +394,14 @@ class PgWriter:
 
     def _begin_alone(self, sql: str) -> None:
         try:
-            _run(self.conn, sql, ())
+            run_statement(self.conn, sql, ())
         except psycopg.Error:
             if not (self.conn.broken or self.conn.closed):
                 raise
             # The session died while idle (a server restart): nothing was written on it, so
             # reconnecting (and re-taking the lock) once before this transaction is safe.
             self.conn = self._ensure()
-            self.guard(lambda: _run(self.conn, sql, ()))
+            self.guard(lambda: run_statement(self.conn, sql, ()))
 
     def _end(self, sql: str) -> None:
         then, self._then = self._then, None
@@ -412,7 +417,7 @@ class PgWriter:
                 self._drop_pipeline()     # the server has rolled it back already
                 return
             if self._pipeline is None:
-                ended = self.guard(lambda: _run(self.conn, sql, ()))
+                ended = self.guard(lambda: run_statement(self.conn, sql, ()))
                 status = ended.status
             elif sql == "COMMIT" and then is not None:
                 # Left in flight: `then` hears of it once the answer is in (settle).

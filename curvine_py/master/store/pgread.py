@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from curvine_py.core.errors import CurvineError
-from curvine_py.master.store.pgconn import READ_TIMEOUT_S, Rows, _answered_rows, _run, lost, translate
+from curvine_py.master.store.pgconn import READ_TIMEOUT_S, Rows, fetched, lost, run_statement, translate
 
 
 class PgReader:
@@ -99,7 +99,7 @@ class PgReader:
         for attempt in (0, 1):
             conn = self._pinned
             try:
-                return _run(conn, sql, params)
+                return run_statement(conn, sql, params)
             except psycopg.Error as exc:
                 if not (conn.broken or conn.closed):
                     raise
@@ -113,17 +113,16 @@ class PgReader:
     @staticmethod
     def _first(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any], *, snapshot: bool) -> Rows:
         if not snapshot:
-            return _run(conn, sql, params)
+            return run_statement(conn, sql, params)
         with conn.pipeline():
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             cursor = conn.execute(translate(sql), params or None)
-        rows = cursor.fetchall() if _answered_rows(cursor) else []
-        return Rows(rows, cursor.rowcount)
+        return fetched(cursor)
 
     @staticmethod
     def _guarded(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> Rows:
         try:
-            return _run(conn, sql, params)
+            return run_statement(conn, sql, params)
         except psycopg.Error as exc:
             if conn.broken or conn.closed:
                 raise lost(exc) from None
