@@ -37,7 +37,6 @@ thread), so no buffer is reused while something may still write into it.
 """
 from __future__ import annotations
 
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -81,9 +80,6 @@ class RunCounters:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
-
-    def as_json(self) -> bytes:
-        return json.dumps(self.as_dict(), sort_keys=True).encode("utf-8")
 
 
 @dataclass(slots=True, eq=False)
