@@ -157,7 +157,7 @@ class ChunkRuns:
         key = (block.block_id, start)
         entry = self._entries.get(key)
         if entry is None:
-            if not self._room(1, drop=True):
+            if not self._room(drop=True):
                 return None
             if self._nursery is None:
                 entry = await self._fetch(view, block, start, ino)
@@ -192,7 +192,7 @@ class ChunkRuns:
             if (block.block_id, position) in self._entries:
                 position += CHUNK
                 continue
-            if not self._room(1, drop=False):
+            if not self._room(drop=False):
                 self.counters.refused += 1
                 return False
             _entry, count = self._begin(view, block, position, ino, ahead=True)
@@ -265,12 +265,12 @@ class ChunkRuns:
         self._hold(self._run_bytes)
         return aligned(self._run_bytes)
 
-    def _room(self, runs: int, *, drop: bool) -> bool:
-        """Whether `runs` more run buffers fit the budget (pooled ones are reused, so they fit);
+    def _room(self, *, drop: bool) -> bool:
+        """Whether one more run buffer fits the budget (a pooled one is reused, so it fits);
         with `drop`, fetched unwaited chunks are dropped oldest first to make room."""
         def fits() -> bool:
-            spare = len(self._free) + len(self._returned)
-            return self.counters.held_bytes + max(0, runs - spare) * self._run_bytes <= self._budget
+            spare = bool(self._free or self._returned)
+            return self.counters.held_bytes + (0 if spare else self._run_bytes) <= self._budget
         if fits():
             return True
         if drop:
