@@ -210,12 +210,12 @@ class LocalFds:
     @staticmethod
     def _fill_and_check(local: LocalBlock, view: memoryview, offset: int) -> int | None:
         """Fills `view` from byte `offset` of the block; the first chunk that fails its digest, or None."""
-        first = offset // CHUNK
-        for number, start in enumerate(range(0, len(view), CHUNK)):
+        for start in range(0, len(view), CHUNK):      # each chunk hashed while in cache
             piece = view[start:start + CHUNK]
             LocalFds._fill_blocking(local.fd, piece, local.data_offset + offset + start)
-            if layout.checksum(piece) != local.digests[first + number]:
-                return first + number
+            bad = LocalFds._first_bad(local, piece, offset + start)
+            if bad is not None:
+                return bad
         return None
 
     @staticmethod
