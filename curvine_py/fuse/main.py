@@ -103,6 +103,8 @@ async def serve(options: MountOptions, client: CurvineClient, root: int) -> None
             await fs.atime.flush()
         still_mounted = mountpoint.is_mounted(options.mountpoint)
         pyfuse3.close(unmount=still_mounted)
+        if fs.files.fetch is not None:
+            fs.files.fetch.close()      # the receiver's pooled connections (the nursery ended every run)
         exporters.close()
         log.info("unmounted %s", options.mountpoint)
 
