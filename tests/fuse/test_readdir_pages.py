@@ -14,7 +14,7 @@ import struct
 
 import pytest
 
-from curvine_py.core.domain import FileType, NewNode
+from curvine_py.core.domain import Attr, FileType, NewNode
 from curvine_py.core.posix import ROOT_INO
 from curvine_py.fuse.operations import Operations
 from tests.fuse.middle import ROOT_CTX, Rig
@@ -199,10 +199,19 @@ def test_lookups_in_a_hot_directory_answer_from_fetched_pages_exactly(shared_clu
     truth = {e.name: e.attr for e in master.readdir_all(top.ino)}
     rig = Rig(shared_cluster, attr_ttl=60.0)
     served: list[int] = []
+    answered = [0]       # lookups the name cache answered (the direct signal, beside its size)
 
     async def scenario(ops: Operations) -> None:
         assert rig.fs is not None
         names = rig.fs.ctx.attrs.names
+        cached_get = names.get
+
+        def counting_get(parent: int, child: str) -> tuple[Attr, float] | None:
+            found = cached_get(parent, child)
+            answered[0] += found is not None
+            return found
+
+        names.get = counting_get  # type: ignore[method-assign]
         for i in range(COUNT):
             entry = await ops.lookup(top.ino, name(i).encode(), ROOT_CTX)  # type: ignore[arg-type]
             want = truth[name(i)]
@@ -213,3 +222,4 @@ def test_lookups_in_a_hot_directory_answer_from_fetched_pages_exactly(shared_clu
 
     rig.run(scenario)
     assert max(served) >= 500, "lookups were answered from fetched pages"
+    assert answered[0] >= 500, f"only {answered[0]} of {COUNT} lookups answered by the name cache"
