@@ -218,3 +218,21 @@ def test_the_store_thread_overlaps_batches_and_acknowledges_only_durable_creates
         assert store.lookup(ROOT_INO, name).ino == attr.ino
     assert len({attr.ino for _, attr in made}) == len(made) > 0
     assert store.check() == []
+
+
+def test_a_store_thread_without_overlap_waits_for_every_commit(store: Namespace) -> None:
+    # bench/meta_overlap.py's baseline: the same concurrent creates, no batch behind a COMMIT in flight.
+    thread = StoreThread(store, overlap=False)
+    thread.start()
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            made = list(pool.map(lambda i: (f"n{i}", thread.call(store.create, ROOT_INO, f"n{i}",
+                                                                FileType.REGULAR, 0o644)), range(200)))
+    finally:
+        thread.stop()
+    assert thread.calls == 200 and thread.batches < 200    # batches of several: they could have overlapped
+    assert store._db.overlapped == 0
+    assert thread._unsettled == 0
+    for name, attr in made:
+        assert store.lookup(ROOT_INO, name).ino == attr.ino
+    assert store.check() == []
