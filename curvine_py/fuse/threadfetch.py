@@ -48,7 +48,6 @@ class ThreadedFetch:
         self._is_local = is_local
         self._local = local
         self.limiter = trio.CapacityLimiter(threads)
-        self.fallbacks = 0      # runs read through the client after trouble with the receiver
 
     async def read(self, view: View, block: BlockInfo, offset: int, length: int, out: memoryview,
                    minimum: int) -> memoryview:
@@ -60,7 +59,6 @@ class ThreadedFetch:
                 return await self._local.read(here.unix_socket, block, offset, length, out, minimum,
                                               limiter=self.limiter)
             except LocalMiss as exc:
-                self.fallbacks += 1
                 log.info("block %x on this node: %s; reading it through the client", block.block_id, exc)
         try:
             data: memoryview = await trio.to_thread.run_sync(self._read, view, block, offset, length,
@@ -76,7 +74,6 @@ class ThreadedFetch:
             try:
                 return self._receiver.read(worker, block, offset, length, out, minimum)
             except FastPathMiss as exc:
-                self.fallbacks += 1     # (a thread's += on an int: a count for tests, racy at worst by one)
                 log.info("block %x: %s; reading it through the client", block.block_id, exc)
         return self._store.read(block, offset, length, out, minimum)
 
