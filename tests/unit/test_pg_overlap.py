@@ -236,3 +236,27 @@ def test_a_store_thread_without_overlap_waits_for_every_commit(store: Namespace)
     for name, attr in made:
         assert store.lookup(ROOT_INO, name).ino == attr.ino
     assert store.check() == []
+
+
+def test_a_batch_is_told_failed_when_reading_its_outcome_fails_unexpectedly(
+        store: Namespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error settle does not expect while waiting for the COMMIT (a bug, say) still tells the
+    batch, as failed: never as durable, never not at all (a batch never told would keep the store
+    thread settling it forever)."""
+    told: Told = []
+    with store.batch(2, deferring=True, then=teller(told, "first")):
+        mkfile(store, "a")
+    assert told == []
+    writer = store._db
+
+    def broken_wait(*_: object) -> bool:
+        raise RuntimeError("unexpected")
+
+    monkeypatch.setattr(writer, "_answered", lambda _inflight: False)
+    monkeypatch.setattr(writer, "_await", broken_wait)
+    monkeypatch.setattr(writer, "_leave_pipeline", broken_wait)
+    with pytest.raises(RuntimeError, match="unexpected"):
+        store.settle()
+    assert [label for label, _ in told] == ["first"]
+    error = told[0][1]
+    assert isinstance(error, CurvineError) and "could not be read" in str(error)

@@ -271,6 +271,17 @@ class PgWriter:
         inflight, self._inflight = self._inflight, None
         if inflight is None:
             return
+        # The batch is told in every case: also when waiting for or reading its outcome fails
+        # unexpectedly, then as failed (it may have committed, but nothing is acknowledged that is
+        # not known durable). A batch never told would keep the store thread settling it forever.
+        outcome: CurvineError | None = CurvineError("metadata commit failed: its outcome could not be read")
+        try:
+            outcome = self._outcome(inflight)
+        finally:
+            inflight.then(outcome)
+
+    def _outcome(self, inflight: _InFlight) -> CurvineError | None:
+        """How the batch of `inflight` ended (None: durable), waiting for its COMMIT's answer."""
         started = self._open and not self._lazy          # the next batch's statements share the pipeline
         failure: BaseException | None = None
         if not self._answered(inflight):                 # not in yet: wait for it
@@ -279,26 +290,25 @@ class PgWriter:
                     self._leave_pipeline()
                 elif not self._await(inflight):
                     self._pipeline.sync()                # ... and for what went behind it
-            except (psycopg.Error, CurvineError) as exc:
+            except (psycopg.Error, CurvineError, OSError) as exc:   # OSError: the wait's select()
                 failure = exc
         self._idle_since = time.monotonic()
         answer = inflight.commit.pgresult
-        outcome: CurvineError | None = None
-        if answer is None or answer.status != pq.ExecStatus.COMMAND_OK or inflight.commit.statusmessage != "COMMIT":
-            if self.conn.broken or self.conn.closed:
-                outcome = failure if isinstance(failure, CurvineError) else lost(failure or Exception("closed"))
-                self._drop_pipeline()
-            else:
-                said = str(inflight.commit.statusmessage if answer is not None else failure or "no answer")
-                outcome = CurvineError(f"metadata commit failed: the server did not commit the batch "
-                                       f"({' '.join(said.split())})")
-                if started:
-                    # What was sent behind it ran in the same failed pipeline: this batch fails too.
-                    self._doomed = CurvineError("metadata commit failed: the batch before this one failed")
-                elif self.conn.info.transaction_status != pq.TransactionStatus.IDLE:
-                    with contextlib.suppress(psycopg.Error):
-                        self.conn.execute("ROLLBACK")
-        inflight.then(outcome)
+        if answer is not None and answer.status == pq.ExecStatus.COMMAND_OK \
+                and inflight.commit.statusmessage == "COMMIT":
+            return None
+        if self.conn.broken or self.conn.closed:
+            self._drop_pipeline()
+            return failure if isinstance(failure, CurvineError) else lost(failure or Exception("closed"))
+        said = str(inflight.commit.statusmessage if answer is not None else failure or "no answer")
+        if started:
+            # What was sent behind it ran in the same failed pipeline: this batch fails too.
+            self._doomed = CurvineError("metadata commit failed: the batch before this one failed")
+        elif self.conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                self.conn.execute("ROLLBACK")
+        return CurvineError(f"metadata commit failed: the server did not commit the batch "
+                            f"({' '.join(said.split())})")
 
     def _answered(self, inflight: _InFlight) -> bool:
         """The COMMIT's answer is in: a result, or an error psycopg took in (and raised) already."""
