@@ -66,8 +66,13 @@ class DataDir:
         """(filesystem size, free bytes for us)."""
         # statvfs itself, as psutil.disk_usage computes them (its wrapper is half a dozen calls, once
         # per write): total = blocks, free = what an unprivileged user may still take.
+        # The freed bytes are read before the statvfs: the reaper and the recycler unlink first and
+        # uncount after, so this order can only count a file twice (free and still freeing), never
+        # miss one that the statvfs saw allocated and the counters no longer hold (a write told
+        # ENOSPC with the room there: CI, test_full_disk_gives_enospc_and_nothing_half_written).
+        freeing = self.kept + self.reaping
         st = os.statvfs(self.path)
-        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize + self.kept + self.reaping
+        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize + freeing
 
     def space(self) -> tuple[int, int, int]:
         """(effective capacity, bytes free above the reserve, the reserve) from one statvfs."""

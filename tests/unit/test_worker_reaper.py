@@ -180,3 +180,25 @@ def test_a_delete_returns_and_the_store_serves_while_the_disk_still_works_on_the
                 release.set()
             wait_until(lambda: store.dirs[0].reaping == 0, 10.0, "the reaper's unlink")
         assert served_meanwhile == [True]
+
+
+def test_a_file_unlinked_while_the_free_space_is_read_is_never_missed(tmp_path: pathlib.Path) -> None:
+    """The reaper's thread may finish a file (unlink, then uncount) while a write reads the free
+    space: the statvfs then still shows the file allocated. Counted neither there nor in `reaping`,
+    the write would be told ENOSPC with the room there (CI failed so in
+    test_full_disk_gives_enospc_and_nothing_half_written)."""
+    [d] = data_dirs(tmp_path)
+    reaper = Reaper([d])
+    reaper.start(background=False)
+    assert reaper.queue(0, a_file(d, "obj", MiB), MiB) is True
+    before = os.statvfs(d.path)   # the file still allocated
+
+    def statvfs_while_the_reaper_finishes(_path: str) -> os.statvfs_result:
+        assert reaper.reap() == 1    # unlinked and uncounted during the call
+        return before
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "statvfs", statvfs_while_the_reaper_finishes)
+        free = d.disk()[1]
+    assert d.reaping == 0
+    assert free >= before.f_bavail * before.f_frsize + MiB
