@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from collections.abc import Callable
+from types import FrameType, TracebackType
+from typing import Any, Self, TypeVar
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -129,16 +132,58 @@ def as_json(report: ClusterReport, indent: int | None) -> str:
     return json.dumps(report_as_dict(report), indent=indent)
 
 
+T = TypeVar("T")
+
+
+class CtrlC:
+    """Ctrl-C for a loop of master calls. Outside a call it interrupts at once (KeyboardInterrupt);
+    during one it is noted, the call finishes (bounded by its deadline) and the KeyboardInterrupt
+    comes right after it, because an exception raised inside a blocking gRPC call is a known way
+    to wedge the channel's close and the process's exit (grpc/grpc#19973). A second Ctrl-C during
+    the call interrupts at once, whatever that costs."""
+
+    def __init__(self) -> None:
+        self.in_call = False
+        self.pending = False
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
+
+    def __enter__(self) -> Self:
+        self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        # None: a handler not set from Python; Python's own is the one to put back then.
+        signal.signal(signal.SIGINT, signal.default_int_handler if self._previous is None else self._previous)
+
+    def _on_sigint(self, _signum: int, _frame: FrameType | None) -> None:
+        if not self.in_call:
+            raise KeyboardInterrupt
+        self.pending = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)   # the second one
+
+    def call(self, fetch: Callable[[], T]) -> T:
+        self.in_call = True
+        try:
+            result = fetch()
+        finally:
+            self.in_call = False
+        if self.pending:
+            raise KeyboardInterrupt
+        return result
+
+
 def watch(fetch: Callable[[], ClusterReport], show: Callable[[ClusterReport], None],
           live: Live | None, interval: float) -> None:
-    """Fetch and show every `interval` seconds until Ctrl-C (KeyboardInterrupt)."""
-    while True:
-        report = fetch()
-        if live is not None:
-            live.update(render(report, time.time() * 1000), refresh=True)
-        else:
-            show(report)
-        time.sleep(interval)
+    """Fetch and show every `interval` seconds until Ctrl-C (KeyboardInterrupt: see CtrlC)."""
+    with CtrlC() as ctrl_c:
+        while True:
+            report = ctrl_c.call(fetch)
+            if live is not None:
+                live.update(render(report, time.time() * 1000), refresh=True)
+            else:
+                show(report)
+            time.sleep(interval)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -74,37 +74,67 @@ def test_report_and_json_match_the_cluster(cluster3: Cluster) -> None:
     assert "LOST" in lost
 
 
+# A watch that does not stop on Ctrl-C is aborted and its threads' stacks shown (faulthandler).
+WATCH_ENV = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+STOP_S = 30.0   # CI once saw a 10 s wait for the exit run out; what it was stuck in was not shown
+
+
 def test_watch_in_a_pipe_prints_one_snapshot_after_another(cluster1: Cluster) -> None:
     cluster1.wait_for_live_workers(1)
     proc = subprocess.Popen(curvine_command("report", "--master", cluster1.master_address, "--json", "--watch", "0.2"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=WATCH_ENV)
+    assert proc.stdout is not None
     try:
-        assert proc.stdout is not None
         snapshots = [json.loads(proc.stdout.readline()) for _ in range(3)]   # one JSON document a line
         assert all(s["clusterId"] == snapshots[0]["clusterId"] and len(s["workers"]) == 1 for s in snapshots)
     finally:
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0, proc.stderr.read() if proc.stderr else ""
+        try:   # read on while it stops: a writer blocked on a full pipe would never exit
+            proc.communicate(timeout=STOP_S)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            _, err = proc.communicate(timeout=10)
+            raise AssertionError(f"report --watch ignored Ctrl-C; its stacks:\n{err.decode(errors='replace')}")
+        assert proc.returncode == 0
 
 
 def test_watch_on_a_terminal_refreshes_in_place(cluster1: Cluster) -> None:
     cluster1.wait_for_live_workers(1)
     leader, follower = pty.openpty()
     proc = subprocess.Popen(curvine_command("report", "--master", cluster1.master_address, "--watch", "0.2"),
-                            stdout=follower, stderr=follower, env={**os.environ, "COLUMNS": "220", "TERM": "xterm"})
+                            stdout=follower, stderr=follower, env={**WATCH_ENV, "COLUMNS": "220", "TERM": "xterm"})
     os.close(follower)
     output = b""
+
+    def read_for(seconds: float) -> bytes:
+        """What the terminal shows within `seconds` (or until the process's side closes)."""
+        got, deadline = b"", time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if select.select([leader], [], [], 0.2)[0]:
+                try:
+                    got += os.read(leader, 65536)
+                except OSError:   # EIO: every writer of the terminal is gone
+                    break
+            elif proc.poll() is not None:
+                break
+        return got
+
     try:
         deadline = time.monotonic() + 30
         while output.count(b"1 live / 1") < 3 and time.monotonic() < deadline:
-            if select.select([leader], [], [], 1)[0]:
-                output += os.read(leader, 65536)
+            output += read_for(1)
         assert output.count(b"1 live / 1") >= 3, output
         assert b"\x1b[2K" in output and b"\x1b[1A" in output, "rich Live erases and rewrites its lines"
     finally:
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
+        read_for(STOP_S)   # read on while it stops: a writer blocked on a full terminal would never exit
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGABRT)
+            stacks = read_for(10).decode(errors="replace")
+            os.close(leader)
+            raise AssertionError(f"report --watch ignored Ctrl-C; its stacks:\n{stacks}")
         os.close(leader)
+        assert proc.wait(10) == 0
 
 
 def test_watch_needs_a_positive_interval(cluster1: Cluster) -> None:
