@@ -199,7 +199,10 @@ def test_a_255_byte_name_loads_and_comes_back(cluster: Cluster, tmp_path: pathli
 
 def test_ctrl_c_stops_after_the_files_in_flight_and_the_rerun_resumes(cluster: Cluster, tmp_path: pathlib.Path) -> None:
     local = tmp_path / "many"
-    files = {f"f-{i:02d}.bin": random_bytes(BLOCK * 2, seed=100 + i) for i in range(30)}
+    # Many small files: each is several master calls (~13 ms here), so the run lasts ~4 s after
+    # the second one lands and the Ctrl-C below comes mid-run even when this test's poll lags on a
+    # loaded machine (30 files of 2 MiB were once all uploaded, in 1.2 s, before it: CI).
+    files = {f"f-{i:03d}.bin": random_bytes(4096, seed=100 + i) for i in range(300)}
     local.mkdir()
     for rel, data in files.items():
         (local / rel).write_bytes(data)
