@@ -22,7 +22,11 @@ node is cold (nothing of the chunk in its kernel cache), the second is warm (unc
 mount keeps the page cache across opens). Beside them, the native plugin's batched get of the same
 number of chunks in the same repeats (node "bench-client": TCP). Around each cold read the child
 scrapes the worker's and that reader mount's counters: READ_BLOCKs per FUSE read, and the worker's
-open short-circuit connections, say whether short-circuit engaged.
+open short-circuit connections, say whether short-circuit engaged. The ceiling of the fs:// way
+itself: the same connector over a plain directory of the host's file system (no FUSE, no
+curvine), written and read the same way; its cold read comes from the disk (the files written
+back and dropped from the page cache first), its warm one from the page cache, so its warm row is
+what the connector reaches when no file system is in the way.
 
 Writes bench/results/lmcache-same-tcp.json and its section of docs/benchmarks.md (`--quick`: a
 .quick.json and no doc).
@@ -147,10 +151,14 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             counted.setdefault(f"{name}/{how}", []).append(delta)
         return seconds
 
+    drop_dirs: dict[str, str] = spec.get("drop_cache", {})
+
     def sample(name: str, r: int) -> dict[str, float]:
         keys = put(name)
         try:
             if name in writers:     # fs://: written through another mount, read here twice
+                if name in drop_dirs:
+                    drop_page_cache(drop_dirs[name])
                 return {"cold_s": counted_read(name, keys, "cold"), "warm_s": counted_read(name, keys, "warm")}
             order = ("single", "batched") if r % 2 == 0 else ("batched", "single")
             return {f"{how}_s": timed(name, how, keys) for how in order}
@@ -178,6 +186,19 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     out["cpu_s_per_gb"] = cpu_used
     out["read_counters"] = counted
     return out
+
+
+def drop_page_cache(directory: str) -> None:
+    """Writes back, then drops from the page cache, every file under `directory` (a cold read of a
+    plain directory then comes from the disk, as a first read on a node comes over the network)."""
+    os.sync()
+    for top, _, files in os.walk(directory):
+        for file in files:
+            fd = os.open(os.path.join(top, file), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 def child_main(argv: list[str]) -> int:
@@ -265,17 +286,22 @@ def fs_rows(root: pathlib.Path, args: Any) -> dict[str, Any]:
         # (same host, same file system) and reads its blocks by descriptor.
         local = stack.enter_context(Mount(cluster.master_address, local_mnt,
                                           args=["--node", WORKER_NODE, "--metrics-port", "-1"]))
+        plain = root / "plain-dir" / "lmcache"     # the ceiling: the connector on the host's file system
+        plain.mkdir(parents=True)
         backends = [plugin_entry("native", cluster.master_address, node="bench-client"),
                     {"name": "fs_write", "url": f"fs://localhost:0{writer_mnt}/lmcache"},
                     {"name": "fs_read", "url": f"fs://localhost:0{reader_mnt}/lmcache", "writer": "fs_write"},
-                    {"name": "fs_local", "url": f"fs://localhost:0{local_mnt}/lmcache", "writer": "fs_write"}]
+                    {"name": "fs_local", "url": f"fs://localhost:0{local_mnt}/lmcache", "writer": "fs_write"},
+                    {"name": "fs_plain_write", "url": f"fs://localhost:0{plain}"},
+                    {"name": "fs_plain", "url": f"fs://localhost:0{plain}", "writer": "fs_plain_write"}]
         worker = cluster.workers[0]
         assert worker is not None and reader.process is not None and local.process is not None
         endpoints = {"mount": reader.process.field("metrics"), "worker": worker.field("metrics"),
                      "mount_local": local.process.field("metrics")}
         spec = {"geometry": LLAMA_8B, "count": args.count, "repeats": args.repeats, "backends": backends,
                 "scrape": {"worker": endpoints["worker"], "fs_read": endpoints["mount"],
-                           "fs_local": endpoints["mount_local"]}}
+                           "fs_local": endpoints["mount_local"]},
+                "drop_cache": {"fs_plain": str(plain)}}
         print(f"fs:// cold/warm (reader on another node, on the owner's node) vs native on loopback, "
               f"{args.count} x {chunk_bytes(LLAMA_8B) >> 20} MiB, {args.repeats} repeats", file=sys.stderr, flush=True)
         before = {name: common.scrape(url, COUNTERS) for name, url in endpoints.items()}
@@ -318,7 +344,9 @@ def count_links(ss_text: str, client_pid: int, server_pid: int) -> int:
 
 
 WORKER_NODE = "bench-worker"
-FS_READERS = {"fs_read": "reader on another node (TCP)", "fs_local": "reader on the owner's node (short-circuit)"}
+PLAIN = "fs_plain"
+FS_READERS = {"fs_read": "reader on another node (TCP)", "fs_local": "reader on the owner's node (short-circuit)",
+              "fs_plain": "a plain local directory, no FUSE (the connector's ceiling)"}
 SHORTCIRCUIT_OPEN = 'curvine_open_connections{listener="shortcircuit"}'
 COUNTERS = (SHORTCIRCUIT_OPEN, 'curvine_mount_requests_total{op="read"}', 'curvine_mount_request_duration_seconds_sum{op="read"}',
             'curvine_mount_requests_total{op="open"}', 'curvine_mount_request_duration_seconds_sum{op="open"}',
@@ -384,6 +412,9 @@ def summarize(part_a: list[dict[str, Any]], part_b: dict[str, Any] | None) -> di
                 row["warm_fuse_reads"] = common.median(
                     d.get('mount:curvine_mount_requests_total{op="read"}', 0.0) for d in counted[f"{name}/warm"])
             row["unix_links"] = part_b.get("unix_links", {}).get(name)
+            plain = part_b["backends"].get(PLAIN)
+            if plain and name != PLAIN:   # the mount's warm read against the connector's ceiling
+                row["warm_vs_plain"] = common.median(a["warm_s"] / b["warm_s"] for a, b in zip(plain, fs, strict=True))
             out["fs"]["readers"][name] = row
     return out
 
@@ -394,8 +425,10 @@ def cold_where(deltas: list[dict[str, float]]) -> dict[str, float] | None:
     def med(key: str) -> float:
         return common.median(d.get(key, 0.0) for d in deltas)
 
+    if not deltas:   # a reader without a mount (the plain directory)
+        return None
     reads = med('mount:curvine_mount_requests_total{op="read"}')
-    if not deltas or not reads:
+    if not reads:
         return None
     blocks = med('worker:curvine_operation_duration_seconds_count{op="read_block"}')
     return {"fuse_reads": reads,
@@ -447,17 +480,27 @@ def render(payload: dict[str, Any]) -> str:
         readers = fs["readers"]
         rows = [["native plugin (TCP), batched get", "", f"{fs['native_batched_gbps']:.2f}", "1.00x"]]
         for name, r in readers.items():
+            if name == PLAIN:    # a ceiling, not a subject: no verdict
+                rows += [[f"`fs://`, {FS_READERS[name]}", "cold (from the disk: page cache dropped)",
+                          f"{r['cold_gbps']:.2f}", f"{r['cold_ratio']:.2f}x"],
+                         [f"`fs://`, {FS_READERS[name]}", "warm (from the page cache)", f"{r['warm_gbps']:.2f}",
+                          f"{r['warm_ratio']:.2f}x"]]
+                continue
+            warm = _verdict(r["warm_ratio"], TARGETS["fs_warm"])
+            if "warm_vs_plain" in r:
+                warm += f"; {r['warm_vs_plain']:.2f}x the plain directory's warm read"
             rows += [[f"`fs://`, {FS_READERS[name]}", "cold (first read on the node)", f"{r['cold_gbps']:.2f}",
                       _verdict(r["cold_ratio"], TARGETS["fs_cold"])],
                      [f"`fs://`, {FS_READERS[name]}", "warm (second read, unchanged chunks)",
-                      f"{r['warm_gbps']:.2f}", _verdict(r["warm_ratio"], TARGETS["fs_warm"])]]
+                      f"{r['warm_gbps']:.2f}", warm]]
         lines += [
             "",
             (f"`fs://` over the mount, on loopback ({p['count']} x {mib} MiB written through another mount, then "
              "read by LMCache's fs connector through a reader mount: the first read cold, the second warm), "
              "against the native plugin's batched get (TCP) in the same repeats. Two reader mounts: one with "
              "another node name than the worker's (TCP), one with the worker's (short-circuit, "
-             "fuse/localfds.py); ratio = median of per-repeat ratios:"),
+             "fuse/localfds.py); and the connector's ceiling, the same connector over a plain directory of the "
+             "host's file system (no FUSE); ratio = median of per-repeat ratios:"),
             "",
             common.table(["reader", "read", "GB/s", "vs native plugin get"], rows),
         ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bench import lmcache_same_tcp as bench
 
 SS_LINES = [
@@ -70,3 +72,26 @@ def test_both_readers_are_rows_against_the_same_native_get() -> None:
             "2.00x (target >= 1x: met)",
     }
     assert "2 unix connection(s) from this mount" in text and "3 FUSE reads reached it during a warm read" in text
+
+
+def test_the_plain_directory_is_a_ceiling_row_and_each_mount_warm_read_is_set_against_it() -> None:
+    part_b: dict[str, Any] = {
+        "chunk_bytes": 1 << 20, "count": 8,
+        "backends": {"native": [{"batched_s": 1.0}] * 3,
+                     "fs_read": [_reads(4.0, 1.5)] * 3,
+                     "fs_plain": [_reads(2.0, 1.2)] * 3},
+        "read_counters": {},
+    }
+    fs = bench.summarize([], part_b)["fs"]
+    assert fs["readers"]["fs_read"]["warm_vs_plain"] == pytest.approx(0.8)
+    assert "warm_vs_plain" not in fs["readers"]["fs_plain"]
+    payload = {"summary": {"same_tcp": {}, "fs": fs}, "parameters": {"count": 8, "repeats": 3},
+               "machine": {"date": "d", "cpus": 2, "cpu": "c", "memory_gib": 1, "kernel": "k", "python": "p",
+                           "commit": "abc", "loadavg_at_start": [1.0]}}
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line.split("|")[4].strip()
+            for line in bench.render(payload).splitlines() if line.startswith("| `fs://`")}
+    plain = "`fs://`, a plain local directory, no FUSE (the connector's ceiling)"
+    assert rows[(plain, "cold (from the disk: page cache dropped)")] == "0.50x"
+    assert rows[(plain, "warm (from the page cache)")] == "0.83x"
+    assert rows[("`fs://`, reader on another node (TCP)", "warm (second read, unchanged chunks)")] == \
+        "0.67x (target >= 1x: **missed**); 0.80x the plain directory's warm read"
