@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import posixpath
-import secrets
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 
+from curvine_py.client import puttemp
 from curvine_py.client.files import BlockStore, CurvineFile
 from curvine_py.client.master import MasterClient
 from curvine_py.client.types import DiskUsage, FileStatus, Quota
@@ -20,6 +22,8 @@ from curvine_py.core.domain import FileType, InodeId, NewNode, Policy, PolicyAt
 from curvine_py.core.errors import AlreadyExists, CurvineError, InvalidArgument, IsADirectory, NotFound
 from curvine_py.core.keys import NAME_MAX, split_path
 from curvine_py.core.posix import ROOT_INO
+
+log = logging.getLogger(__name__)
 
 COPY_CHUNK = 16 << 20
 
@@ -147,10 +151,12 @@ class FileSystem:
 
     def put(self, local_path: str, path: str, progress: Callable[[int], None] | None = None) -> FileStatus:
         """Uploads into a hidden temporary name beside `path`, renamed over it once every byte is
-        committed: a failed put leaves nothing visible and an existing file as it was.
+        committed: a failed put leaves nothing visible and an existing file as it was. Then the
+        temporaries of `path` that earlier puts killed midway left are removed (client/puttemp.py).
         `progress(n)` is called after each `n` bytes written (the CLI's progress bar)."""
         parent, name = self._parent(path)
-        temporary = f".{_stem(name, len('..put-') + 12)}.put-{secrets.token_hex(6)}"
+        owner = puttemp.this_process(self._node)
+        temporary = puttemp.temporary_name(name, owner)
         with open(local_path, "rb") as source:
             attr = self.master.create(NewNode(parent, temporary, FileType.REGULAR, 0o644))
             try:
@@ -164,7 +170,36 @@ class FileSystem:
                 with contextlib.suppress(CurvineError):
                     self.master.unlink(parent, temporary)
                 raise
+        try:
+            self.remove_stale_temporaries(parent, name, here=owner.host)
+        except CurvineError as exc:   # the put itself succeeded
+            log.warning("put %s: leftover temporaries not swept: %s", path, exc)
         return self.stat(path)
+
+    def remove_stale_temporaries(self, parent: InodeId, name: str, *, here: str,
+                                 now_ns: int | None = None) -> list[str]:
+        """Unlinks the temporaries of `name` in `parent` whose writer is gone (puttemp.is_stale);
+        returns their names. They sort right after their common prefix (names compare as bytes on
+        both engines), so this reads only the pages that hold them."""
+        head = puttemp.prefix(name)
+        now = time.time_ns() if now_ns is None else now_ns
+        removed: list[str] = []
+        after = head
+        while True:
+            page = self.master.readdir(parent, after, limit=16)   # usually none: one small page
+            for entry in page.entries:
+                temporary = puttemp.temporary_of(name, entry.name)
+                if temporary is None:
+                    return removed
+                touched = max(entry.attr.mtime_ns, entry.attr.ctime_ns)
+                if puttemp.is_stale(temporary.owner, touched, now_ns=now, here=here):
+                    with contextlib.suppress(NotFound):
+                        self.master.unlink(parent, entry.name)
+                        log.info("removed %s, left by an interrupted put", entry.name)
+                        removed.append(entry.name)
+            if not page.more or not page.entries:
+                return removed
+            after = page.entries[-1].name
 
     def get(self, path: str, local_path: str, progress: Callable[[int], None] | None = None) -> int:
         """Downloads into a temporary file beside `local_path`, renamed over it on success: a
