@@ -9,7 +9,10 @@ within the lease leave as usual.
 Clocks are injected: `clock` (seconds, monotonic) drives leases, `wall_ms` stamps
 last_heartbeat_ms for humans. Unit tests pass fake clocks and never sleep.
 
-Concurrency: used only from the store thread, like the Namespace it wraps.
+Concurrency: used only from the store thread, like the Namespace it wraps; except `copies`, which
+any thread may call (GetBlocks runs in the handler threads): it reads `_reach`, the registered and
+live ids as one immutable pair that the store thread replaces whenever either set changes
+(registration, lease expiry), never on an ordinary heartbeat.
 """
 from __future__ import annotations
 
@@ -66,6 +69,8 @@ class Membership:
             if worker.live:
                 self._last_seen[worker.worker_id] = now
         self._epoch = ns.epoch()
+        self._reach: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+        self._publish()
         # fsck: live workers asked to send their full inventory again (answered `reregister` at their
         # next heartbeat), and what each inventory found since it was asked for.
         self._inventory_wanted: set[str] = set()
@@ -77,6 +82,10 @@ class Membership:
         if self._last_seen:
             log.info("restored %d live workers at epoch %d; their leases restart now",
                      len(self._last_seen), self._epoch)
+
+    def _publish(self) -> None:
+        """After a change of the registered or the live ids (store thread): what `copies` reads."""
+        self._reach = (frozenset(self._workers), frozenset(self._last_seen))
 
     @property
     def epoch(self) -> int:
@@ -97,6 +106,7 @@ class Membership:
         self._epoch = epoch
         for row in rows:
             self._workers[row.worker_id] = row
+        self._publish()
 
     # ------------------------------------------------------------------ RPCs
 
@@ -121,6 +131,7 @@ class Membership:
             if not self._inventory_deletes:
                 delete = ()
         self._last_seen[info.worker_id] = self._clock()
+        self._publish()
         log.info("worker %s registered (%s:%d node %s, %d blocks reported, %d to delete), epoch %d",
                  info.worker_id, info.host, info.port, info.node, len(reported), len(delete), self._epoch)
         return Registered(self.cluster_id, self._epoch, self.heartbeat_interval_ms, self.lease_ms,
@@ -188,6 +199,7 @@ class Membership:
         self._commit_change(dataclasses.replace(self._workers[w], live=False) for w in gone)
         for worker_id in gone:
             del self._last_seen[worker_id]
+        self._publish()
         log.warning("workers %s missed their lease of %d ms and left the view, epoch %d",
                     gone, self.lease_ms, self._epoch)
         return gone
@@ -224,9 +236,10 @@ class Membership:
     def copies(self, worker_ids: Iterable[str]) -> tuple[str, ...]:
         """A block's recorded copies a reader can reach: those on registered workers, the live ones
         first (each group in its given order), so a copy on a worker past its lease is tried last
-        but still tried (it may only be late with its heartbeats)."""
-        known = [w for w in worker_ids if w in self._workers]
-        return tuple([w for w in known if w in self._last_seen] + [w for w in known if w not in self._last_seen])
+        but still tried (it may only be late with its heartbeats). Safe from any thread."""
+        registered, live = self._reach      # one read: a consistent pair
+        known = [w for w in worker_ids if w in registered]
+        return tuple([w for w in known if w in live] + [w for w in known if w not in live])
 
     def all_workers(self) -> list[WorkerInfo]:
         return [dataclasses.replace(w, live=w.worker_id in self._last_seen)

@@ -9,17 +9,21 @@ from collections.abc import Sequence
 from curvine_py.core.domain import BlockId
 from curvine_py.core.errors import (
     InvalidArgument,
+    NotFound,
     Unavailable,
 )
 from curvine_py.master import placement
 from curvine_py.master.store.db import MAX_ID, _u64_from_db, _u64_to_db
+from curvine_py.master.store.inodes import _ATTR_COLS_I, _attr, _type_error
 from curvine_py.master.store.policy import Policies
 from curvine_py.master.store.quotas import Quotas, new_charges
 from curvine_py.master.types import (
+    ROOT_INO,
     AddedBlock,
     Attr,
     BlockInfo,
     FileBlocks,
+    FileType,
     WorkerInfo,
 )
 
@@ -30,26 +34,46 @@ log = logging.getLogger(__name__)
 # block before any of them commits are rare, and the excess only ever costs the oldest rewrite.
 MAX_OPEN_BLOCKS_PER_INDEX = 8
 
+# A file's inode (not in its unlink grace: orphan=2 is gone for every call, see inodes._row), its
+# parent, and one row per (block, location), blocks by index and each block's workers in order; a
+# file without blocks gives the inode's row alone, with NULLs after it.
+_FILE_BLOCKS = (f"SELECT {_ATTR_COLS_I}, i.parent, b.idx, b.block_id, b.length, b.checksum, l.worker_id "
+                "FROM inodes i LEFT JOIN blocks b ON b.ino = i.ino LEFT JOIN locations l ON l.block_id = b.block_id "
+                "WHERE i.ino = ? AND i.orphan != 2 ORDER BY b.idx, l.worker_id")
+_PARENT_AT = _ATTR_COLS_I.count(",") + 1
+_BLOCK_AT = _PARENT_AT + 1
+
 
 class Blocks(Policies, Quotas):
     """Block allocation and commit."""
 
-    def _locations(self, block_id: int) -> list[str]:
-        return [row[0] for row in self._db.execute(
-            "SELECT worker_id FROM locations WHERE block_id=? ORDER BY worker_id", (block_id,))]
-
     def get_blocks(self, ino: int, live: set[str] | None = None) -> FileBlocks:
         """Attr, committed blocks by index, effective policy. With `live`, locations on workers that
-        are not live are left out (a reader would only time out on them)."""
-        attr = self._regular(ino)
-        blocks = []
-        for index, block_id, length, checksum in self._db.execute(
-                "SELECT idx, block_id, length, checksum FROM blocks WHERE ino=? ORDER BY idx", (ino,)).fetchall():
-            workers = self._locations(block_id)
-            if live is not None:
-                workers = [w for w in workers if w in live]
-            blocks.append(BlockInfo(index, block_id, length, _u64_from_db(checksum), tuple(workers)))
-        return FileBlocks(attr, tuple(blocks), self.effective_policy(ino))
+        are not live are left out (a reader would only time out on them).
+
+        Two statements whatever the file's size: the inode with its blocks and their locations in
+        one join (every open of a file asks for this: issue 14 measured the statement per block it
+        replaces), then the policy chain of its directory (policy.py)."""
+        if not 0 < ino <= MAX_ID:
+            raise NotFound(f"no inode {ino}")
+        rows = self._db.execute(_FILE_BLOCKS, (ino,)).fetchall()
+        if not rows:
+            raise NotFound(f"no inode {ino}")      # or in its unlink grace, as _row says
+        attr = _attr(rows[0])
+        if attr.type != FileType.REGULAR:
+            raise _type_error(attr.type, "regular file")
+        found: dict[int, tuple[Sequence[int], list[str]]] = {}    # block id -> (its row, its workers), by index
+        for row in rows:
+            block_id, worker = row[_BLOCK_AT + 1], row[-1]
+            if block_id is None:                   # a file without blocks: the one row of its inode
+                break
+            workers = found.setdefault(block_id, (row, []))[1]
+            if worker is not None and (live is None or worker in live):
+                workers.append(worker)
+        blocks = tuple(BlockInfo(row[_BLOCK_AT], BlockId(block_id), row[_BLOCK_AT + 2], _u64_from_db(row[_BLOCK_AT + 3]),
+                                 tuple(workers)) for block_id, (row, workers) in found.items())
+        policy = self._effective(int(rows[0][_PARENT_AT]) or ROOT_INO)[0]
+        return FileBlocks(attr, blocks, policy)
 
     def add_block(self, ino: int, index: int, client_node: str, live: Sequence[WorkerInfo]) -> AddedBlock:
         """Allocates a new block id for `index` of a file and chooses the workers to write it to.
