@@ -14,11 +14,10 @@ from curvine_py.core.errors import (
 )
 from curvine_py.master import placement
 from curvine_py.master.store.db import MAX_ID, _u64_from_db, _u64_to_db
-from curvine_py.master.store.inodes import _ATTR_COLS_I, _attr, _type_error
-from curvine_py.master.store.policy import Policies
+from curvine_py.master.store.inodes import _ATTR_COLS_I, VISIBLE, _attr, _type_error, check_ino
+from curvine_py.master.store.policy import Policies, governing_dir
 from curvine_py.master.store.quotas import Quotas, new_charges
 from curvine_py.master.types import (
-    ROOT_INO,
     AddedBlock,
     Attr,
     BlockInfo,
@@ -34,12 +33,11 @@ log = logging.getLogger(__name__)
 # block before any of them commits are rare, and the excess only ever costs the oldest rewrite.
 MAX_OPEN_BLOCKS_PER_INDEX = 8
 
-# A file's inode (not in its unlink grace: orphan=2 is gone for every call, see inodes._row), its
-# parent, and one row per (block, location), blocks by index and each block's workers in order; a
+# A file's inode (visible: not in its unlink grace, see inodes.VISIBLE), its parent, and one row per (block, location), blocks by index and each block's workers in order; a
 # file without blocks gives the inode's row alone, with NULLs after it.
 _FILE_BLOCKS = (f"SELECT {_ATTR_COLS_I}, i.parent, b.idx, b.block_id, b.length, b.checksum, l.worker_id "
                 "FROM inodes i LEFT JOIN blocks b ON b.ino = i.ino LEFT JOIN locations l ON l.block_id = b.block_id "
-                "WHERE i.ino = ? AND i.orphan != 2 ORDER BY b.idx, l.worker_id")
+                f"WHERE i.ino = ? AND i.{VISIBLE} ORDER BY b.idx, l.worker_id")
 _PARENT_AT = _ATTR_COLS_I.count(",") + 1
 _BLOCK_AT = _PARENT_AT + 1
 
@@ -54,8 +52,7 @@ class Blocks(Policies, Quotas):
         Two statements whatever the file's size: the inode with its blocks and their locations in
         one join (every open of a file asks for this: issue 14 measured the statement per block it
         replaces), then the policy chain of its directory (policy.py)."""
-        if not 0 < ino <= MAX_ID:
-            raise NotFound(f"no inode {ino}")
+        check_ino(ino)
         rows = self._db.execute(_FILE_BLOCKS, (ino,)).fetchall()
         if not rows:
             raise NotFound(f"no inode {ino}")      # or in its unlink grace, as _row says
@@ -72,7 +69,7 @@ class Blocks(Policies, Quotas):
                 workers.append(worker)
         blocks = tuple(BlockInfo(row[_BLOCK_AT], BlockId(block_id), row[_BLOCK_AT + 2], _u64_from_db(row[_BLOCK_AT + 3]),
                                  tuple(workers)) for block_id, (row, workers) in found.items())
-        policy = self._effective(int(rows[0][_PARENT_AT]) or ROOT_INO)[0]
+        policy = self._effective(governing_dir(ino, attr.type, int(rows[0][_PARENT_AT])))[0]
         return FileBlocks(attr, blocks, policy)
 
     def add_block(self, ino: int, index: int, client_node: str, live: Sequence[WorkerInfo]) -> AddedBlock:

@@ -39,6 +39,18 @@ def _attr(row: Sequence[int]) -> Attr:
                 generation=row[11], block_size=row[12], stored_bytes=row[13])
 
 
+# An inode in its unlink grace (orphan=2) is gone for every call: a new open by inode must fail
+# (ESTALE, so the kernel looks the name up again and finds the new file). Only its blocks stay, for
+# handles that already hold the block map. The predicate of every read of an inode by number.
+VISIBLE = "orphan != 2"
+
+
+def check_ino(ino: int) -> None:
+    """NotFound for a number no inode can have (before any statement)."""
+    if not 0 < ino <= MAX_ID:
+        raise NotFound(f"no inode {ino}")
+
+
 def _type_error(kind: FileType, expected: str) -> CurvineError:
     if kind == FileType.DIRECTORY:
         return IsADirectory(f"is a directory (expected {expected})")
@@ -49,12 +61,8 @@ class Inodes(Database):
     """Inode helpers shared by every part of the store."""
 
     def _row(self, ino: int) -> Sequence[int]:
-        if not 0 < ino <= MAX_ID:
-            raise NotFound(f"no inode {ino}")
-        # An inode in its unlink grace (orphan=2) is gone for every call: a new open by inode must
-        # fail (ESTALE, so the kernel looks the name up again and finds the new file). Only its
-        # blocks stay, for handles that already hold the block map.
-        row = self._db.execute(f"SELECT {_ATTR_COLS} FROM inodes WHERE ino=? AND orphan!=2", (ino,)).fetchone()
+        check_ino(ino)
+        row = self._db.execute(f"SELECT {_ATTR_COLS} FROM inodes WHERE ino=? AND {VISIBLE}", (ino,)).fetchone()
         if row is None:
             raise NotFound(f"no inode {ino}")
         return row  # type: ignore[no-any-return]

@@ -34,6 +34,12 @@ MIN_BLOCK_SIZE = 4096
 MAX_BLOCK_SIZE = 1 << 31
 
 
+
+def governing_dir(ino: int, kind: FileType, parent: int) -> int:
+    """The directory whose policy governs inode `ino`: itself for a directory, else its parent
+    (the root for one without)."""
+    return ino if kind == FileType.DIRECTORY else parent or ROOT_INO
+
 class Policies(Inodes):
     """Directory policies."""
 
@@ -82,7 +88,7 @@ class Policies(Inodes):
         row = self._db.execute("SELECT type, parent FROM inodes WHERE ino=?", (ino,)).fetchone()
         if row is None:
             raise NotFound(f"no inode {ino}")
-        return ino if FileType(row[0]) == FileType.DIRECTORY else int(row[1]) or ROOT_INO
+        return governing_dir(ino, FileType(row[0]), int(row[1]))
 
     def effective_policy(self, ino: int) -> Policy:
         return self._effective(self._policy_dir(ino))[0]
