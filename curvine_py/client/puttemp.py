@@ -14,6 +14,7 @@ quota. The next put of NAME removes the ones whose writer is gone:
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -48,14 +49,20 @@ def process_start(pid: int) -> int | None:
     return int(fields[19])   # field 22; the first after the ")" is field 3
 
 
+@functools.cache
 def host_tag(node: str) -> str:
+    """This boot of this host as client node `node` (read once: a load puts thousands of files)."""
     with open(_BOOT_ID) as f:
         boot = f.read().strip()
     return f"{xxhash.xxh3_64_intdigest(f'{boot}/{node}'.encode()) & 0xFFFFFFFF:08x}"
 
 
 def this_process(node: str) -> Owner:
-    pid = os.getpid()
+    return _owner(node, os.getpid())   # the pid in the key: a forked child is another writer
+
+
+@functools.cache
+def _owner(node: str, pid: int) -> Owner:
     start = process_start(pid)
     assert start is not None   # this process runs
     return Owner(host_tag(node), pid, start)
