@@ -41,6 +41,13 @@ def _counters(reads: float, blocks: float) -> dict[str, float]:
             'worker:curvine_operation_duration_seconds_sum{op="read_block"}': blocks * 0.0002}
 
 
+def _payload(fs: dict[str, Any]) -> dict[str, Any]:
+    """What bench.render takes, around one summary's fs part."""
+    return {"summary": {"same_tcp": {}, "fs": fs}, "parameters": {"count": 8, "repeats": 3},
+            "machine": {"date": "d", "cpus": 2, "cpu": "c", "memory_gib": 1, "kernel": "k", "python": "p",
+                        "commit": "abc", "loadavg_at_start": [1.0]}}
+
+
 def test_both_readers_are_rows_against_the_same_native_get() -> None:
     part_b: dict[str, Any] = {
         "chunk_bytes": 1 << 20, "count": 8,
@@ -57,9 +64,7 @@ def test_both_readers_are_rows_against_the_same_native_get() -> None:
     assert (local["cold_ratio"], local["warm_ratio"]) == (0.625, 2.0)
     assert (tcp["where"]["block_reads"], local["where"]["block_reads"]) == (78, 25)
     assert (tcp["unix_links"], local["unix_links"], local["warm_fuse_reads"]) == (0, 2, 3)
-    payload = {"summary": {"same_tcp": {}, "fs": fs}, "parameters": {"count": 8, "repeats": 3},
-               "machine": {"date": "d", "cpus": 2, "cpu": "c", "memory_gib": 1, "kernel": "k", "python": "p",
-                           "commit": "abc", "loadavg_at_start": [1.0]}}
+    payload = _payload(fs)
     text = bench.render(payload)
     rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line.split("|")[4].strip()
             for line in text.splitlines() if line.startswith("| `fs://`")}
@@ -85,9 +90,7 @@ def test_the_plain_directory_is_a_ceiling_row_and_each_mount_warm_read_is_set_ag
     fs = bench.summarize([], part_b)["fs"]
     assert fs["readers"]["fs_read"]["warm_vs_plain"] == pytest.approx(0.8)
     assert "warm_vs_plain" not in fs["readers"]["fs_plain"]
-    payload = {"summary": {"same_tcp": {}, "fs": fs}, "parameters": {"count": 8, "repeats": 3},
-               "machine": {"date": "d", "cpus": 2, "cpu": "c", "memory_gib": 1, "kernel": "k", "python": "p",
-                           "commit": "abc", "loadavg_at_start": [1.0]}}
+    payload = _payload(fs)
     rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line.split("|")[4].strip()
             for line in bench.render(payload).splitlines() if line.startswith("| `fs://`")}
     plain = "`fs://`, a plain local directory, no FUSE (the connector's ceiling)"
