@@ -56,6 +56,7 @@ TARGETS = {"single": 1.0, "batched": 1.5, "fs_cold": 0.5, "fs_warm": 1.0}
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     import mmap
     import socket
+    import threading
 
     import xxhash
 
@@ -118,6 +119,14 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         raw_sock = socket.create_connection((spec["raw"][0], int(spec["raw"][1])))
         raw_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     raw_in = memoryview(mmap.mmap(-1, size))
+    # The same gets striped over `raw_streams` connections at once, as a batched get stripes one
+    # owner's keys (client/kv.py BATCH_STREAMS): the ceiling of a batch from one owner.
+    raw_streams: list[socket.socket] = []
+    for _ in range(int(spec.get("raw_streams", 0)) if raw_sock is not None else 0):
+        stream = socket.create_connection((spec["raw"][0], int(spec["raw"][1])))
+        stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        raw_streams.append(stream)
+    stream_in = [memoryview(mmap.mmap(-1, size)) for _ in raw_streams]
 
     def raw_gets(verify: bool) -> None:
         assert raw_sock is not None
@@ -131,9 +140,24 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                 recv_exactly_into(raw_sock, piece)
                 xxhash.xxh3_64_intdigest(piece)
 
+    def raw_striped() -> None:
+        def stream(s: int) -> None:
+            for _ in range(s, count, len(raw_streams)):
+                raw_streams[s].sendall(REQUEST.pack(b"G", size))
+                recv_exactly_into(raw_streams[s], stream_in[s])
+        threads = [threading.Thread(target=stream, args=(s,)) for s in range(1, len(raw_streams))]
+        for thread in threads:
+            thread.start()
+        stream(0)
+        for thread in threads:
+            thread.join()
+
     def raw_sample() -> dict[str, float]:
-        return {"single_s": metered("raw", "single", lambda: raw_gets(False)),
-                "verified_s": metered("raw", "verified", lambda: raw_gets(True))}
+        out = {"single_s": metered("raw", "single", lambda: raw_gets(False)),
+               "verified_s": metered("raw", "verified", lambda: raw_gets(True))}
+        if raw_streams:
+            out["striped_s"] = metered("raw", "striped", raw_striped)
+        return out
 
     scrapes: dict[str, str] = spec.get("scrape", {})
     counted: dict[str, list[dict[str, float]]] = {}
@@ -232,6 +256,7 @@ def run_child(spec: dict[str, Any], timeout: float = 1800.0) -> dict[str, Any]:
 # -- the setups ------------------------------------------------------------------------------------
 def same_tcp(root: pathlib.Path, args: Any, cc: str) -> dict[str, Any]:
     """Part A with congestion control `cc` in the servers' namespace."""
+    from curvine_py.client.kv import BATCH_STREAMS
     from curvine_py.procs import curvine_command, start
     from tests.harness import Cluster
     from tests.lmcache.harness import StockLMServer
@@ -258,7 +283,7 @@ def same_tcp(root: pathlib.Path, args: Any, cc: str) -> dict[str, Any]:
         backends = [plugin_entry("native", cluster.master_address, node="bench-client", token=TOKEN),
                     {"name": "lm_stock", "url": stock.url}]
         spec = {"geometry": LLAMA_8B, "count": args.count, "repeats": args.repeats, "backends": backends,
-                "raw": list(raw[:2]),
+                "raw": list(raw[:2]), "raw_streams": BATCH_STREAMS,
                 "server_pids": {"native": worker.process.pid, "lm_stock": _pid(stock), "raw": raw[2]}}
         print(f"same TCP ({cc}): native vs stock lm, {args.count} x {chunk_bytes(LLAMA_8B) >> 20} MiB, "
               f"{args.repeats} repeats", file=sys.stderr, flush=True)
@@ -374,14 +399,16 @@ def summarize(part_a: list[dict[str, Any]], part_b: dict[str, Any] | None) -> di
         paths = {}
         for label, name, how in (("raw pair, serial", "raw", "single"),
                                  ("raw pair, serial, each 1 MiB hashed as received", "raw", "verified"),
+                                 ("raw pair, the gets striped over the batch's connections at once", "raw",
+                                  "striped"),
                                  ("native plugin, single gets", "native", "single"),
                                  ("native plugin, batched", "native", "batched"),
                                  ("stock lm server, single gets", "lm_stock", "single"),
                                  ("stock lm server, batched", "lm_stock", "batched")):
-            samples = run["backends"].get(name)
+            key = "single_s" if name == "raw" and how == "single" else f"{how}_s"
+            samples = [x for x in run["backends"].get(name, []) if key in x]   # striped: newer runs only
             if not samples:
                 continue
-            key = "single_s" if name == "raw" and how == "single" else f"{how}_s"
             used = cpu.get(f"{name}/{how}", [])
             paths[label] = {"ms": common.median(x[key] * 1e3 for x in samples),
                             "gbps": common.median(common.gbps(nbytes, x[key]) for x in samples),
@@ -467,8 +494,10 @@ def render(payload: dict[str, Any]) -> str:
                       for cc, r in s["same_tcp"].items() for how in ("single", "batched")]),
         "",
         ("Every path in the same repeats, with the raw socket pair (bench/rawpair.py: `sendfile` from the page "
-         "cache in the servers' namespace, `recv_into` an mmap here) as the ceiling of one serial stream; CPU = "
-         "seconds per GB of this (client) process and of the serving process:"),
+         "cache in the servers' namespace, `recv_into` an mmap here) as the ceiling of one serial stream, and "
+         "the same gets striped over as many connections at once as a batched get uses for one owner "
+         "(client/kv.py BATCH_STREAMS) as the ceiling of a batch; CPU = seconds per GB of this (client) "
+         "process and of the serving process:"),
         "",
         common.table(["servers' congestion control", "path", "ms", "GB/s", "CPU s/GB client / server"],
                      [[cc, label, f"{v['ms']:.1f}", f"{v['gbps']:.2f}",

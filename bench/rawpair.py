@@ -18,7 +18,7 @@ leaves" (14-32 MiB gets). It only computes the digests (nothing to compare them 
 stores none), which is the work a verifying receiver adds.
 
 Run as a script (also inside a network namespace): `python bench/rawpair.py HOST WORKDIR [reno|host]`
-prints its port, then serves until it gets a Q(uit) request or is killed.
+prints its port, then serves until killed (a Q(uit) request ends its connection).
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 
 import xxhash
@@ -59,39 +60,56 @@ def recv_exactly_into(sock: socket.socket, view: memoryview) -> None:
 
 
 def serve(host: str, workdir: str, congestion: str = "reno") -> None:
+    """Every connection on a thread of its own (a batch striped over several connections is served
+    at once, as the worker serves it); the payload files and buffers are made once per size."""
     listener = socket.create_server((host, 0))
     print(listener.getsockname()[1], flush=True)
     files: dict[int, int] = {}
     buffers: dict[int, memoryview] = {}
-    while True:
-        conn, _ = listener.accept()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        set_congestion(conn, congestion)
+    made = threading.Lock()
+
+    def payload_fd(size: int) -> int:
+        with made:
+            fd = files.get(size)
+            if fd is None:
+                path = os.path.join(workdir, f"raw-{size}")
+                with open(path, "wb") as fh:
+                    fh.write(os.urandom(size))
+                fd = files[size] = os.open(path, os.O_RDONLY)
+            return fd
+
+    def receive_buffer(size: int) -> memoryview:
+        with made:
+            buf = buffers.get(size)
+            if buf is None:
+                buf = buffers[size] = memoryview(mmap.mmap(-1, size))
+            return buf
+
+    def one(conn: socket.socket) -> None:
         head = memoryview(bytearray(REQUEST.size))
         try:
             while True:
                 recv_exactly_into(conn, head)
                 op, size = REQUEST.unpack(head)
                 if op == b"G":
-                    fd = files.get(size)
-                    if fd is None:
-                        path = os.path.join(workdir, f"raw-{size}")
-                        with open(path, "wb") as fh:
-                            fh.write(os.urandom(size))
-                        fd = files[size] = os.open(path, os.O_RDONLY)
-                    sent = 0
+                    fd, sent = payload_fd(size), 0
                     while sent < size:
                         sent += os.sendfile(conn.fileno(), fd, sent, size - sent)
                 elif op == b"P":
-                    buf = buffers.get(size)
-                    if buf is None:
-                        buf = buffers[size] = memoryview(mmap.mmap(-1, size))
-                    recv_exactly_into(conn, buf)
+                    recv_exactly_into(conn, receive_buffer(size))
                     conn.sendall(b"K")
                 else:
                     return
         except (EOFError, ConnectionError):
+            pass
+        finally:
             conn.close()
+
+    while True:
+        conn, _ = listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        set_congestion(conn, congestion)
+        threading.Thread(target=one, args=(conn,), daemon=True).start()
 
 
 @contextlib.contextmanager

@@ -53,3 +53,20 @@ def test_default_mode_is_reno_for_existing_callers(tmp_path: pathlib.Path) -> No
             assert congestion_control(client._sock) == b"reno"
         finally:
             client.close()
+
+
+def test_connections_are_served_at_once(tmp_path: pathlib.Path) -> None:
+    """A batch striped over several connections (the batch ceiling of bench lmcache_same_tcp) is
+    served in parallel: the second connection is answered while the first stays open."""
+    size = 1 << 20
+    with raw_server("127.0.0.1", tmp_path) as (host, port, _pid):
+        first, second = RawClient(host, port), RawClient(host, port)
+        try:
+            first.get(memoryview(mmap.mmap(-1, size)))
+            second._sock.settimeout(10)   # a server taking one connection at a time never answers
+            out = memoryview(mmap.mmap(-1, size))
+            second.get(out)
+            assert bytes(out) == (tmp_path / f"raw-{size}").read_bytes()
+        finally:
+            first.close()
+            second.close()
