@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from curvine_py.client.digests import GROUP, OFFLOAD_MIN
 from curvine_py.core import layout
 from tests.harness import Cluster, random_bytes
 
@@ -55,6 +56,27 @@ def test_corrupt_stored_bytes_are_a_miss(cluster: Cluster, node: str, where: int
     assert client.kv.get_into("bad", out) is None
     assert client.kv.get("bad") is None       # the worker dropped its bad copy
     assert not path.exists()
+
+
+LARGE = OFFLOAD_MIN + 3 * MiB + 12345   # hashed on the helper thread as it arrives (client/digests.py)
+
+
+@pytest.mark.parametrize("where", [None, GROUP + MiB + 7, LARGE - 1], ids=["intact", "second-group", "last-byte"])
+def test_a_large_object_hashed_aside_is_verified_the_same(cluster: Cluster, where: int | None) -> None:
+    client = cluster.client(node="elsewhere")    # TCP: the path whose digests the helper computes
+    data = random_bytes(LARGE, seed=7)
+    client.kv.put("large", data)
+    if where is not None:
+        path = stored_path(cluster, "large")
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) - LARGE + where] ^= 0xFF
+        path.write_bytes(bytes(raw))
+    out = memoryview(mmap.mmap(-1, LARGE))
+    if where is None:
+        assert client.kv.get_into("large", out) == LARGE and bytes(out) == data
+    else:
+        assert client.kv.get_into("large", out) is None
+        assert client.kv.get("large") is None
 
 
 def _buffer_kinds() -> list[tuple[str, object]]:

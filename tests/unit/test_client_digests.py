@@ -4,12 +4,22 @@ with its digest trailer by the client library's connection is stored by a real (
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from curvine_py.client import digests as digests_module
 from curvine_py.client.dataconn import WorkerConnection
-from curvine_py.client.digests import CHUNK, fill_and_digest, send_and_digest
+from curvine_py.client.digests import (
+    CHUNK,
+    GROUP,
+    OFFLOAD_MIN,
+    fill_and_digest,
+    receive_and_digest,
+    send_and_digest,
+)
 from curvine_py.core import frames, layout
 from curvine_py.core.errors import LocalProtocolError
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
@@ -44,6 +54,70 @@ def test_a_failing_read_propagates() -> None:
 
     with pytest.raises(ConnectionResetError):
         fill_and_digest(target, read_into)
+
+
+def stream_reader(source: bytes, *, pause_s: float = 0.0,
+                  fail_at: int | None = None) -> tuple[Callable[[memoryview], None], list[int]]:
+    """A socket-like `read_into` over `source` (no offset: it keeps its own position), and the
+    sizes it was asked for."""
+    sizes: list[int] = []
+
+    def read_into(piece: memoryview) -> None:
+        at = sum(sizes)
+        if fail_at is not None and at >= fail_at:
+            raise ConnectionResetError("peer went away")
+        sizes.append(len(piece))
+        piece[:] = source[at:at + len(piece)]
+        time.sleep(pause_s)
+    return read_into, sizes
+
+
+@pytest.mark.parametrize("length", [CHUNK + 1, OFFLOAD_MIN - 1, OFFLOAD_MIN, OFFLOAD_MIN + GROUP + 17, 32 * CHUNK])
+def test_received_payloads_get_the_stored_digests_inline_or_hashed_aside(length: int) -> None:
+    source = os.urandom(length)
+    target = memoryview(bytearray(length))
+    read_into, sizes = stream_reader(source)
+    got = receive_and_digest(target, read_into)
+    # Complete when it returns (the helper's groups are all in), then the buffer is the caller's:
+    # overwriting it changes nothing already returned.
+    expected = layout.chunk_digests(source)
+    assert got == expected
+    target[:] = bytes(length)
+    assert got == expected and bytes(target) == bytes(length)
+    assert all(size <= CHUNK for size in sizes) and sum(sizes) == length
+    if length >= OFFLOAD_MIN:
+        assert any(t.name == "curvine-digests" for t in threading.enumerate())
+
+
+def test_payloads_at_once_share_the_helper_or_hash_inline() -> None:
+    """Several large payloads at once (a batch's connections): one has the helper, the others
+    hash inline; every one gets its own digests."""
+    sources = [os.urandom(OFFLOAD_MIN + CHUNK * i + 5) for i in range(4)]
+    results: dict[int, list[int]] = {}
+
+    def receive(index: int) -> None:
+        read_into, _ = stream_reader(sources[index], pause_s=0.002)
+        results[index] = receive_and_digest(memoryview(bytearray(len(sources[index]))), read_into)
+
+    threads = [threading.Thread(target=receive, args=(i,)) for i in range(len(sources))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {i: layout.chunk_digests(source) for i, source in enumerate(sources)}
+
+
+def test_a_receive_failing_mid_payload_propagates_and_frees_the_helper() -> None:
+    source = os.urandom(2 * OFFLOAD_MIN)
+    read_into, sizes = stream_reader(source, fail_at=OFFLOAD_MIN + GROUP)
+    with pytest.raises(ConnectionResetError):
+        receive_and_digest(memoryview(bytearray(len(source))), read_into)
+    assert sum(sizes) == OFFLOAD_MIN + GROUP
+    hasher = digests_module._HASHER
+    assert hasher.claim(), "the helper stayed claimed after a failed receive"
+    hasher.finish()
+    read_again, _ = stream_reader(source)
+    assert receive_and_digest(memoryview(bytearray(len(source))), read_again) == layout.chunk_digests(source)
 
 
 @pytest.mark.parametrize("length", [0, 1, CHUNK, CHUNK + 1, 3 * CHUNK + 17])
