@@ -71,6 +71,11 @@ class ReplyStream(blocking.ReadAhead):
     a FramePrefix and looks the op up, two takes slice the buffer: a dozen Python calls per
     request); anything else goes through the full decoder, which raises the precise error."""
 
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock)
+        # Large payloads from another host are hashed aside as they arrive (client/digests.py).
+        self._hash_aside = not blocking.is_loopback_peer(sock)
+
     def reply_head(self, op: frames.Op, request_id: int, max_payload: int) -> tuple[int, DataHeader]:
         """(payload length, header) of the next frame; ProtocolError unless it answers (op,
         request_id), TooLarge for a payload above `max_payload`. The caller then owns the payload."""
@@ -114,7 +119,7 @@ class ReplyStream(blocking.ReadAhead):
         common get, is received and hashed here without another frame."""
         total = len(target)
         if total > digests.CHUNK:
-            return digests.receive_and_digest(target, self.read_into)
+            return digests.receive_and_digest(target, self.read_into, aside=self._hash_aside)
         start = self._start
         got = self._end - start
         if got >= total:   # a small payload that came with the head

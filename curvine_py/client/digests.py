@@ -14,12 +14,13 @@ read it from main memory once more. Now each chunk is hashed right before it is 
 then reads it from cache) and the digests follow the payload as a trailer.
 
 A large payload from a socket is hashed on a helper thread instead, a group of chunks at a time
-(xxhash and recv_into both release the GIL): the receiving thread is the client's bottleneck (the
-kernel's copy, then the hash, one after the other), and the sender needs little CPU, so the other
-core hashes group g while group g+1 arrives (bench notes:datapath, tenth pass: a 32 MiB get
-across a veth link 12-15% faster, at ~10% more client CPU). One chunk per hand-off was measured
-before and gained nothing: a hand-off costs about what hashing 1 MiB does. The helper takes one
-payload at a time; a payload arriving while it is busy (a batch's other connections) is hashed
+(xxhash and recv_into both release the GIL) when the peer is another host: the receiving thread
+is then the client's bottleneck (the kernel's copy, then the hash, one after the other) and this
+host's other core is free, so it hashes group g while group g+1 arrives (bench notes:datapath,
+tenth pass: a 32 MiB get across a veth link 12-15% faster, at ~10% more client CPU). Not from a
+loopback peer: the sending worker then needs a core of this host too, and the helper made 14-32
+MiB gets 12-20% slower there. One chunk per hand-off was measured before and gained nothing: a
+hand-off costs about what hashing 1 MiB does. The helper takes one payload at a time; a payload arriving while it is busy (a batch's other connections) is hashed
 inline, as are reads from a file (short-circuit: the copy and the hash are both memory-bound).
 Nothing is returned before every digest is in, and the helper is done with the caller's buffer
 before the call returns or raises.
@@ -96,14 +97,16 @@ class _Hasher:
 _HASHER = _Hasher()
 
 
-def receive_and_digest(view: memoryview, read_into: Callable[[memoryview], None]) -> list[int]:
+def receive_and_digest(view: memoryview, read_into: Callable[[memoryview], None], *,
+                       aside: bool = False) -> list[int]:
     """`fill_and_digest` for a reader that needs no offset (a socket's read-ahead): one call per
     chunk fewer on the per-request path. An object of one chunk, the common small get, is one
-    read and one hash; one of OFFLOAD_MIN or more is hashed on the helper when it is free."""
+    read and one hash; with `aside` (a peer on another host), one of OFFLOAD_MIN or more is hashed
+    on the helper when it is free."""
     if 0 < len(view) <= CHUNK:
         read_into(view)
         return [checksum(view)]
-    if len(view) >= OFFLOAD_MIN and _HASHER.claim():
+    if aside and len(view) >= OFFLOAD_MIN and _HASHER.claim():
         return _receive_hashing_aside(view, read_into)
     digests = []
     for start in range(0, len(view), CHUNK):

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from curvine_py.client import dataconn, digests
 from curvine_py.client.digests import GROUP, OFFLOAD_MIN
 from curvine_py.core import layout
 from tests.harness import Cluster, random_bytes
@@ -62,7 +63,14 @@ LARGE = OFFLOAD_MIN + 3 * MiB + 12345   # hashed on the helper thread as it arri
 
 
 @pytest.mark.parametrize("where", [None, GROUP + MiB + 7, LARGE - 1], ids=["intact", "second-group", "last-byte"])
-def test_a_large_object_hashed_aside_is_verified_the_same(cluster: Cluster, where: int | None) -> None:
+def test_a_large_object_hashed_aside_is_verified_the_same(cluster: Cluster, where: int | None,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # The worker listens on loopback; its connections are taken for another host's so that the
+    # helper hashes the payload (dataconn.ReplyStream: a loopback peer is hashed inline).
+    monkeypatch.setattr(dataconn.blocking, "is_loopback_peer", lambda _sock: False)
+    claimed: list[bool] = []
+    claim = digests._HASHER.claim
+    monkeypatch.setattr(digests._HASHER, "claim", lambda: claimed.append(claim()) or claimed[-1])
     client = cluster.client(node="elsewhere")    # TCP: the path whose digests the helper computes
     data = random_bytes(LARGE, seed=7)
     client.kv.put("large", data)
@@ -74,6 +82,7 @@ def test_a_large_object_hashed_aside_is_verified_the_same(cluster: Cluster, wher
     out = memoryview(mmap.mmap(-1, LARGE))
     if where is None:
         assert client.kv.get_into("large", out) == LARGE and bytes(out) == data
+        assert claimed and all(claimed), claimed    # every large payload went through the helper
     else:
         assert client.kv.get_into("large", out) is None
         assert client.kv.get("large") is None

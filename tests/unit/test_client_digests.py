@@ -77,7 +77,7 @@ def test_received_payloads_get_the_stored_digests_inline_or_hashed_aside(length:
     source = os.urandom(length)
     target = memoryview(bytearray(length))
     read_into, sizes = stream_reader(source)
-    got = receive_and_digest(target, read_into)
+    got = receive_and_digest(target, read_into, aside=True)
     # Complete when it returns (the helper's groups are all in), then the buffer is the caller's:
     # overwriting it changes nothing already returned.
     expected = layout.chunk_digests(source)
@@ -97,7 +97,7 @@ def test_payloads_at_once_share_the_helper_or_hash_inline() -> None:
 
     def receive(index: int) -> None:
         read_into, _ = stream_reader(sources[index], pause_s=0.002)
-        results[index] = receive_and_digest(memoryview(bytearray(len(sources[index]))), read_into)
+        results[index] = receive_and_digest(memoryview(bytearray(len(sources[index]))), read_into, aside=True)
 
     threads = [threading.Thread(target=receive, args=(i,)) for i in range(len(sources))]
     for thread in threads:
@@ -111,13 +111,13 @@ def test_a_receive_failing_mid_payload_propagates_and_frees_the_helper() -> None
     source = os.urandom(2 * OFFLOAD_MIN)
     read_into, sizes = stream_reader(source, fail_at=OFFLOAD_MIN + GROUP)
     with pytest.raises(ConnectionResetError):
-        receive_and_digest(memoryview(bytearray(len(source))), read_into)
+        receive_and_digest(memoryview(bytearray(len(source))), read_into, aside=True)
     assert sum(sizes) == OFFLOAD_MIN + GROUP
     hasher = digests_module._HASHER
     assert hasher.claim(), "the helper stayed claimed after a failed receive"
     hasher.finish()
     read_again, _ = stream_reader(source)
-    assert receive_and_digest(memoryview(bytearray(len(source))), read_again) == layout.chunk_digests(source)
+    assert receive_and_digest(memoryview(bytearray(len(source))), read_again, aside=True) == layout.chunk_digests(source)
 
 
 @pytest.mark.parametrize("length", [0, 1, CHUNK, CHUNK + 1, 3 * CHUNK + 17])
