@@ -20,8 +20,10 @@ host's other core is free, so it hashes group g while group g+1 arrives (bench n
 tenth pass: a 32 MiB get across a veth link 12-15% faster, at ~10% more client CPU). Not from a
 loopback peer: the sending worker then needs a core of this host too, and the helper made 14-32
 MiB gets 12-20% slower there. One chunk per hand-off was measured before and gained nothing: a
-hand-off costs about what hashing 1 MiB does. The helper takes one payload at a time; a payload arriving while it is busy (a batch's other connections) is hashed
-inline, as are reads from a file (short-circuit: the copy and the hash are both memory-bound).
+hand-off costs about what hashing 1 MiB does. The helper takes one payload at a time, and only
+while no other large one is being received (a batch's connections hash inline: the cores are
+busy already); reads from a file are hashed inline too (short-circuit: the copy and the hash are
+both memory-bound).
 Nothing is returned before every digest is in, and the helper is done with the caller's buffer
 before the call returns or raises.
 """
@@ -55,13 +57,27 @@ GROUP = 4 * CHUNK
 
 
 class _Hasher:
-    """One daemon thread hashing groups of whole chunks for one payload at a time."""
+    """One daemon thread hashing groups of whole chunks for one payload at a time, used only by a
+    payload that starts while no other large one is being received: with several at once (a
+    batch's connections) the cores are busy already and hand-offs would only add work."""
 
     def __init__(self) -> None:
         self._free = threading.Lock()        # held by the payload that uses the helper
+        self._receiving = 0                  # large payloads being received, helper or not
+        self._counting = threading.Lock()
         self._jobs: queue.SimpleQueue[tuple[memoryview, list[int]] | threading.Event] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._started = threading.Lock()
+
+    def enter(self) -> bool:
+        """Counts a large payload in (`leave` counts it out); True when it is the only one."""
+        with self._counting:
+            self._receiving += 1
+            return self._receiving == 1
+
+    def leave(self) -> None:
+        with self._counting:
+            self._receiving -= 1
 
     def claim(self) -> bool:
         """True when this caller now owns the helper (release with `finish`)."""
@@ -102,12 +118,22 @@ def receive_and_digest(view: memoryview, read_into: Callable[[memoryview], None]
     """`fill_and_digest` for a reader that needs no offset (a socket's read-ahead): one call per
     chunk fewer on the per-request path. An object of one chunk, the common small get, is one
     read and one hash; with `aside` (a peer on another host), one of OFFLOAD_MIN or more is hashed
-    on the helper when it is free."""
+    on the helper when no other large payload is being received."""
     if 0 < len(view) <= CHUNK:
         read_into(view)
         return [checksum(view)]
-    if aside and len(view) >= OFFLOAD_MIN and _HASHER.claim():
-        return _receive_hashing_aside(view, read_into)
+    if aside and len(view) >= OFFLOAD_MIN:
+        alone = _HASHER.enter()
+        try:
+            if alone and _HASHER.claim():
+                return _receive_hashing_aside(view, read_into)
+            return _receive_inline(view, read_into)
+        finally:
+            _HASHER.leave()
+    return _receive_inline(view, read_into)
+
+
+def _receive_inline(view: memoryview, read_into: Callable[[memoryview], None]) -> list[int]:
     digests = []
     for start in range(0, len(view), CHUNK):
         piece = view[start:start + CHUNK]

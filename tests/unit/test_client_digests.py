@@ -107,6 +107,36 @@ def test_payloads_at_once_share_the_helper_or_hash_inline() -> None:
     assert results == {i: layout.chunk_digests(source) for i, source in enumerate(sources)}
 
 
+def test_a_payload_starting_beside_another_hashes_inline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper serves a payload received alone: one that starts while another large payload is
+    arriving (a batch's other connection) does not even ask for it."""
+    hasher = digests_module._HASHER
+    claims: list[str] = []
+    claim = hasher.claim
+    monkeypatch.setattr(hasher, "claim", lambda: claims.append(threading.current_thread().name) or claim())
+    first, second = os.urandom(OFFLOAD_MIN), os.urandom(OFFLOAD_MIN + 3)
+    started, second_done = threading.Event(), threading.Event()
+    read_first, _ = stream_reader(first)
+
+    def slow_first(piece: memoryview) -> None:
+        read_first(piece)
+        started.set()
+        second_done.wait(10)     # stays mid-payload until the second one is done
+    results: list[list[int]] = []
+    thread = threading.Thread(target=lambda: results.append(
+        receive_and_digest(memoryview(bytearray(len(first))), slow_first, aside=True)), name="first")
+    thread.start()
+    assert started.wait(10)
+    read_second, _ = stream_reader(second)
+    try:
+        assert receive_and_digest(memoryview(bytearray(len(second))), read_second, aside=True) == \
+            layout.chunk_digests(second)
+    finally:
+        second_done.set()
+        thread.join()
+    assert results == [layout.chunk_digests(first)] and claims == ["first"]
+
+
 def test_a_receive_failing_mid_payload_propagates_and_frees_the_helper() -> None:
     source = os.urandom(2 * OFFLOAD_MIN)
     read_into, sizes = stream_reader(source, fail_at=OFFLOAD_MIN + GROUP)
