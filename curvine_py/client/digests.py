@@ -29,6 +29,7 @@ before the call returns or raises.
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -62,6 +63,11 @@ class _Hasher:
     batch's connections) the cores are busy already and hand-offs would only add work."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Fresh state. Also in a forked child (os.register_at_fork below): the child has no helper
+        thread, and any of these locks may have been held by a thread of the parent at the fork."""
         self._free = threading.Lock()        # held by the payload that uses the helper
         self._receiving = 0                  # large payloads being received, helper or not
         self._counting = threading.Lock()
@@ -111,6 +117,7 @@ class _Hasher:
 
 
 _HASHER = _Hasher()
+os.register_at_fork(after_in_child=_HASHER.reset)   # serving stacks fork workers (multiprocessing)
 
 
 def receive_and_digest(view: memoryview, read_into: Callable[[memoryview], None], *,

@@ -150,6 +150,37 @@ def test_a_receive_failing_mid_payload_propagates_and_frees_the_helper() -> None
     assert receive_and_digest(memoryview(bytearray(len(source))), read_again, aside=True) == layout.chunk_digests(source)
 
 
+def test_a_forked_child_hashes_aside_with_a_helper_of_its_own() -> None:
+    """A child forked after the helper started (a serving stack's worker processes) has no helper
+    thread and may inherit a held lock: its large receives still complete, with the right digests."""
+    source = os.urandom(OFFLOAD_MIN)
+    read_into, _ = stream_reader(source)
+    assert receive_and_digest(memoryview(bytearray(len(source))), read_into, aside=True) == \
+        layout.chunk_digests(source)
+    hasher = digests_module._HASHER
+    assert hasher.claim()      # held at the fork, as a parent's thread mid-payload would hold it
+    try:
+        pid = os.fork()
+        if pid == 0:           # the child: exit 0 only if its receive completed and was right
+            code = 1
+            try:
+                again, _ = stream_reader(source)
+                got = receive_and_digest(memoryview(bytearray(len(source))), again, aside=True)
+                code = 0 if got == layout.chunk_digests(source) and hasher.claim() else 2
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 20
+        while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child's receive hung on the parent's helper")
+            time.sleep(0.01)
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+    finally:
+        hasher.finish()
+
+
 @pytest.mark.parametrize("length", [0, 1, CHUNK, CHUNK + 1, 3 * CHUNK + 17])
 def test_send_and_digest_hashes_what_it_sends(length: int) -> None:
     source = os.urandom(length)
