@@ -29,6 +29,7 @@ before the call returns or raises.
 """
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
@@ -52,9 +53,12 @@ def fill_and_digest(view: memoryview, read_into: Callable[[memoryview, int], Non
     return digests
 
 
+log = logging.getLogger(__name__)
+
 # Payloads from this size on are hashed on the helper thread, GROUP bytes per hand-off.
 OFFLOAD_MIN = 8 * CHUNK
 GROUP = 4 * CHUNK
+NO_DIGEST = -1   # what the helper records for a chunk it could not hash (xxh3 digests are unsigned)
 
 
 class _Hasher:
@@ -113,7 +117,13 @@ class _Hasher:
                 job.set()
                 continue
             group, into = job
-            into.extend(checksum(group[start:start + CHUNK]) for start in range(0, len(group), CHUNK))
+            starts = range(0, len(group), CHUNK)
+            try:
+                hashed = [checksum(group[start:start + CHUNK]) for start in starts]
+            except Exception:   # the helper must live on, or its waiters hang
+                log.exception("hashing a received payload failed")
+                hashed = [NO_DIGEST] * len(starts)   # matches no stored digest: the read fails
+            into.extend(hashed)
 
 
 _HASHER = _Hasher()

@@ -150,6 +150,28 @@ def test_a_receive_failing_mid_payload_propagates_and_frees_the_helper() -> None
     assert receive_and_digest(memoryview(bytearray(len(source))), read_again, aside=True) == layout.chunk_digests(source)
 
 
+def test_a_group_the_helper_cannot_hash_fails_verification_and_the_helper_lives_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    source = os.urandom(OFFLOAD_MIN)
+    real = digests_module.checksum
+    calls = [0]
+
+    def flaky(piece: memoryview) -> int:
+        calls[0] += 1
+        if calls[0] == GROUP // CHUNK + 1:      # the first chunk of the second group
+            raise ValueError("buffer gone")
+        return real(piece)
+    monkeypatch.setattr(digests_module, "checksum", flaky)
+    read_into, _ = stream_reader(source)
+    got = receive_and_digest(memoryview(bytearray(len(source))), read_into, aside=True)
+    expected = layout.chunk_digests(source)
+    group = GROUP // CHUNK
+    assert got[:group] == expected[:group] and got[group:] == [digests_module.NO_DIGEST] * group
+    monkeypatch.setattr(digests_module, "checksum", real)
+    again, _ = stream_reader(source)
+    assert receive_and_digest(memoryview(bytearray(len(source))), again, aside=True) == expected
+
+
 def test_a_forked_child_hashes_aside_with_a_helper_of_its_own() -> None:
     """A child forked after the helper started (a serving stack's worker processes) has no helper
     thread and may inherit a held lock: its large receives still complete, with the right digests."""
