@@ -162,9 +162,18 @@ def test_kill9_mid_put_into_a_reused_file_leaves_nothing_that_reads(tmp_path: pa
         c = WireClient(address_of(cluster))
         header = DataHeader(key="new", length=len(new), checksum=layout.object_checksum(new))
         c.sock.sendall(frames.encode(Op.PUT, 99, header, len(new)) + new[:3 * MiB])
-        # The write took the freed file: it is being overwritten in place, under its tmp/ name.
-        freed = next(p for p in tmp.iterdir() if p.name.endswith(FREED_SUFFIX))
-        wait_until(lambda: new[:MiB] in freed.read_bytes(), 10, "the freed file overwritten")
+        # The write took the freed file: it is being overwritten in place, under a tmp/ name.
+        # Looked for afresh each time: the worker may rename it between a listing and its read
+        # (a full run once read a .free name that had just gone).
+        def overwritten() -> bool:
+            for path in tmp.iterdir():
+                try:
+                    if path.name.endswith(FREED_SUFFIX) and new[:MiB] in path.read_bytes():
+                        return True
+                except FileNotFoundError:
+                    continue
+            return False
+        wait_until(overwritten, 10, "the freed file overwritten")
         cluster.kill_worker(0)
         c.close()
         cluster.restart_worker(0)
