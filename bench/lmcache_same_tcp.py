@@ -114,18 +114,16 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     # The raw pair (bench/rawpair.py) beside the servers: `count` serial sendfile gets, received
     # into one mmap; "verified" also hashes each 1 MiB chunk as it lands, as our client does.
-    raw_sock = None
-    if spec.get("raw"):
-        raw_sock = socket.create_connection((spec["raw"][0], int(spec["raw"][1])))
-        raw_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def raw_connection() -> socket.socket:
+        sock = socket.create_connection((spec["raw"][0], int(spec["raw"][1])))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    raw_sock = raw_connection() if spec.get("raw") else None
     raw_in = memoryview(mmap.mmap(-1, size))
     # The same gets striped over `raw_streams` connections at once, as a batched get stripes one
     # owner's keys (client/kv.py BATCH_STREAMS): the ceiling of a batch from one owner.
-    raw_streams: list[socket.socket] = []
-    for _ in range(int(spec.get("raw_streams", 0)) if raw_sock is not None else 0):
-        stream = socket.create_connection((spec["raw"][0], int(spec["raw"][1])))
-        stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        raw_streams.append(stream)
+    raw_streams = [raw_connection() for _ in range(int(spec.get("raw_streams", 0)) if raw_sock else 0)]
     stream_in = [memoryview(mmap.mmap(-1, size)) for _ in raw_streams]
 
     def raw_gets(verify: bool) -> None:
