@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs everything curvine-py needs on a fresh Debian 12 machine (as root) into ./.venv.
-# Idempotent: a second run only checks. Set CURVINE_WITH_LMCACHE=1 to add the real LMCache stack
-# (CPU torch + lmcache 0.5.6 without its CUDA dependencies) used by the LMCache tests and benchmarks.
+# Installs everything curvine-py needs on a fresh Debian 12 machine (as root) into ./.venv, exactly
+# as locked in requirements/ (versions and sha256 hashes; scripts/lock.sh regenerates the locks).
+# Idempotent: on a set-up machine it only checks (apt packages present, .venv matches the lock).
+# CURVINE_WITH_LMCACHE=1 adds the real LMCache stack (CPU torch + lmcache without its CUDA
+# dependencies) used by the LMCache tests and benchmarks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,15 +18,34 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+if [ "${CURVINE_WITH_LMCACHE:-0}" = "1" ]; then
+  LOCKS=(requirements/full.txt requirements/lmcache-nodeps.txt)
+else
+  LOCKS=(requirements/dev.txt)
+fi
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/pip install -q --upgrade pip >/dev/null
-.venv/bin/pip install -q -e '.[test,bench]'
 
-if [ "${CURVINE_WITH_LMCACHE:-0}" = "1" ]; then
-  .venv/bin/pip install -q torch==2.13.0
-  .venv/bin/pip install -q --no-deps lmcache==0.5.6
-  .venv/bin/pip install -q -r scripts/lmcache-requirements.txt
+# The editable install records where it points and which pyproject.toml it was made from.
+project_stamp=$(sha256sum pyproject.toml | cut -d' ' -f1)
+installed_here() {
+  [ "$(cat .venv/.curvine-pyproject 2>/dev/null)" = "$project_stamp" ] &&
+    .venv/bin/python -c 'import sys, curvine_py; sys.exit(curvine_py.__file__ != sys.argv[1])' \
+      "$PWD/curvine_py/__init__.py" 2>/dev/null
+}
+if .venv/bin/python scripts/lockcheck.py "${LOCKS[@]}" 2>/dev/null && installed_here; then
+  echo "setup: apt packages present, .venv matches ${LOCKS[*]}"
+  exit 0
 fi
-.venv/bin/python scripts/gen_proto.py --check
+
+pip_install() { .venv/bin/pip install -q --disable-pip-version-check --require-hashes --no-deps "$@"; }
+# First what builds (pyfuse3 is published only as source), then the rest built with those alone.
+pip_install -r requirements/build.txt
+for lock in "${LOCKS[@]}"; do pip_install --no-build-isolation -r "$lock"; done
+mapfile -t extra < <(.venv/bin/python scripts/lockcheck.py --extras)
+[ ${#extra[@]} -eq 0 ] || .venv/bin/pip uninstall -q -y "${extra[@]}"
+.venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+echo "$project_stamp" > .venv/.curvine-pyproject
+.venv/bin/python scripts/lockcheck.py "${LOCKS[@]}"
+echo "setup: .venv installed from ${LOCKS[*]}"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Regenerates the committed locks in requirements/ on purpose: run it to move to newer releases,
+# then run scripts/test.sh and commit the locks with the code they were tested with.
+# pyproject.toml keeps the ranges curvine-py works with; the locks are what setup.sh installs:
+#   full.txt   curvine-py with [test,bench] and the LMCache stack (CPU torch), the installer and build backend
+#   dev.txt    curvine-py with [test,bench]; base.txt curvine-py alone; build.txt what builds it and pyfuse3
+#              (all three take full.txt's versions: subsets of it)
+#   lmcache-nodeps.txt  lmcache itself, installed without its declared (CUDA) dependencies
+# Every line carries sha256 hashes; setup.sh installs with --require-hashes --no-deps, so nothing
+# outside a lock is ever installed. torch==2.13.0+cpu is the CPU wheel this machine kind keeps in
+# pip's find-links; elsewhere add PyTorch's CPU index (PIP_EXTRA_INDEX_URL) before running this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PIP_TOOLS_VERSION=7.7.0
+LMCACHE_VERSION=0.5.6
+
+tools=$(mktemp -d)
+trap 'rm -rf "$tools"' EXIT
+python3 -m venv "$tools/venv"
+"$tools/venv/bin/pip" install -q "pip-tools==$PIP_TOOLS_VERSION"
+compile() {
+  "$tools/venv/bin/pip-compile" -q --generate-hashes --allow-unsafe --strip-extras --no-header \
+    --no-emit-index-url --no-emit-find-links --rebuild "$@"
+}
+# --upgrade: take the newest releases the ranges allow (without it, pip-compile keeps what the lock has).
+compile --upgrade --extra test --extra bench -o requirements/full.txt \
+  pyproject.toml requirements/lmcache.in requirements/build.in
+compile --extra test --extra bench -o requirements/dev.txt pyproject.toml requirements/build.in requirements/subset.in
+compile -o requirements/base.txt pyproject.toml requirements/build.in requirements/subset.in
+compile -o requirements/build.txt requirements/build.in requirements/subset.in
+
+# lmcache without its dependencies: pip-compile cannot leave out a package's requirements, so the
+# wheel is downloaded alone and hashed here.
+"$tools/venv/bin/pip" download -q --no-deps --only-binary=:all: -d "$tools/wheel" "lmcache==$LMCACHE_VERSION"
+{
+  echo "# lmcache alone, installed with --no-deps after full.txt (scripts/lock.sh; its CUDA dependencies"
+  echo "# are left out, the ones it needs on the CPU are in requirements/lmcache.in)."
+  printf 'lmcache==%s' "$LMCACHE_VERSION"
+  for whl in "$tools"/wheel/*.whl; do printf ' \\\n    --hash=sha256:%s' "$(sha256sum "$whl" | cut -d' ' -f1)"; done
+  echo
+} > requirements/lmcache-nodeps.txt
+echo "locks written: requirements/{full,dev,base,build,lmcache-nodeps}.txt"
