@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import os
+import socket
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_type_hints
 
@@ -328,14 +330,43 @@ def parse_size(text: str) -> int:
         raise InvalidArgument(f"bad size {text!r}") from None
 
 
-def is_loopback(host: str) -> bool:
-    return host in ("localhost", "::1") or host.startswith("127.")
+Resolver = Callable[[str], list[str]]
 
 
-def require_secure(host: str, token: str, insecure: bool, role: str) -> None:
+def resolve_host(host: str) -> list[str]:
+    """Every address a listen host stands for (what bind() may take); [] when it does not resolve."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return []
+    return [str(info[4][0]) for info in infos]
+
+
+def is_loopback(host: str, resolve: Resolver = resolve_host) -> bool:
+    """True when every address the host resolves to is loopback, decided on the addresses, not the
+    name: '127.cluster.example' may resolve to a routable address. The wildcard ('', 0.0.0.0, ::)
+    and a name that does not resolve are not loopback."""
+    if host in ("", "0.0.0.0", "::"):
+        return False
+    addresses = resolve(host)
+    return bool(addresses) and all(_loopback_address(a) for a in addresses)
+
+
+def _loopback_address(text: str) -> bool:
+    try:
+        address = ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+def require_secure(host: str, token: str, insecure: bool, role: str, resolve: Resolver = resolve_host) -> None:
     """Cluster mode refuses to start open on a non-loopback address unless told --insecure."""
-    if not is_loopback(host) and not token and not insecure:
-        raise InvalidArgument(f"{role}: refusing to listen on {host} without --token "
+    if not token and not insecure and not is_loopback(host, resolve):
+        raise InvalidArgument(f"{role}: refusing to listen on {host} without --token: it resolves to "
+                              f"{', '.join(resolve(host)) or 'no address'}, not only loopback "
                               "(pass --insecure to run an open cluster)")
 
 
