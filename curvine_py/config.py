@@ -82,6 +82,7 @@ class WorkerConfig:
     lm_host: str = "127.0.0.1"
     lm_insecure: bool = False
     lm_allow: tuple[str, ...] = ()    # peer networks (CIDR) allowed on the lm:// port; () = any
+    lm_allow_uid: tuple[str, ...] = ()   # local uids allowed on lm:// over loopback (with a token: only these)
     free_space_ratio: float = 0.10    # each data dir leaves this share of its file system free
     scrub_rate: int = 0               # background scrub, bytes/s re-read and verified; 0 = off
     metrics_port: int = 0             # Prometheus /metrics (observe/); 0 = off, -1 = any free port
@@ -307,27 +308,38 @@ def normalize_address(entry: str, default_port: int, *, what: str = "address") -
 
 
 def parse_data_dir(spec: str) -> tuple[str, int]:
-    """'DIR[:CAPACITY]' with CAPACITY like 100GB, 512MiB or bytes; 0 = the filesystem's size."""
+    """'DIR[:CAPACITY]' with CAPACITY a size as parse_size reads it (100GB, 512GiB or bytes);
+    0 = the filesystem's size."""
     path, sep, cap = spec.rpartition(":")
     if not sep or "/" in cap:
         return spec, 0
     return path, parse_size(cap)
 
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": MiB, "mb": MiB, "mib": MiB,
-          "g": GiB, "gb": GiB, "gib": GiB, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+# Units as written (case-insensitive): KB/MB/GB/TB are decimal (10^3 ... 10^12), as disks are sold;
+# KiB/MiB/GiB/TiB binary (2^10 ... 2^40); a bare K/M/G/T is binary, as in GNU coreutils (dd, du).
+SIZE_UNITS_HELP = "GB = 10^9 bytes, GiB = 2^30 (also KB/KiB, MB/MiB, TB/TiB; a bare G is GiB)"
+_UNITS = {"": 1, "b": 1,
+          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "k": 1 << 10, "kib": 1 << 10, "m": MiB, "mib": MiB, "g": GiB, "gib": GiB, "t": 1 << 40,
+          "tib": 1 << 40}
 
 
 def parse_size(text: str) -> int:
+    """'2GB' -> 2_000_000_000, '2GiB' -> 2_147_483_648, '2G' -> 2 GiB, '4096' -> 4096 (see
+    SIZE_UNITS_HELP); fractions are allowed ('1.5TB') and rounded down to whole bytes."""
     raw = text.strip().lower()
     digits = raw.rstrip("kmgtib")
     unit = raw[len(digits):]
     if unit not in _UNITS:
-        raise InvalidArgument(f"bad size {text!r}")
+        raise InvalidArgument(f"bad size {text!r} (units: {SIZE_UNITS_HELP})")
     try:
-        return int(float(digits) * _UNITS[unit])
+        value = float(digits)
     except ValueError:
-        raise InvalidArgument(f"bad size {text!r}") from None
+        raise InvalidArgument(f"bad size {text!r} (units: {SIZE_UNITS_HELP})") from None
+    if value < 0 or value != value or value == float("inf"):
+        raise InvalidArgument(f"bad size {text!r}: must be a finite number >= 0")
+    return int(value * _UNITS[unit])
 
 
 Resolver = Callable[[str], list[str]]

@@ -44,8 +44,8 @@ def test_layering_defaults_toml_env_flags(tmp_path) -> None:  # type: ignore[no-
 
 
 def test_sizes_addresses_and_open_cluster_refusal() -> None:
-    assert config.parse_size("100GB") == 100 << 30 and config.parse_size("512MiB") == 512 << 20
-    assert config.parse_data_dir("/data/nvme0:20GB") == ("/data/nvme0", 20 << 30)
+    assert config.parse_size("100GiB") == 100 << 30 and config.parse_size("512MiB") == 512 << 20
+    assert config.parse_data_dir("/data/nvme0:20GiB") == ("/data/nvme0", 20 << 30)
     assert config.parse_data_dir("/data/nvme0") == ("/data/nvme0", 0)
     assert config.split_address("10.0.0.1:9", 1) == ("10.0.0.1", 9)
     assert config.split_address("[::1]:9", 1) == ("::1", 9)
