@@ -41,6 +41,7 @@ from curvine_py.core import lmproto
 from curvine_py.core.errors import (
     CurvineError,
     InvalidArgument,
+    PermissionDenied,
     ProtocolError,
     Timeout,
     TooLarge,
@@ -50,7 +51,7 @@ from curvine_py.observe.metrics import WorkerMetrics, register_worker
 from curvine_py.transport.blocking import HeadReader, recv_exactly_into, set_send_timeout
 from curvine_py.worker.limits import UNBOUNDED, ConnectionGate, ServerLimits
 from curvine_py.worker.listener import Listener, bind_tcp
-from curvine_py.worker.lmauth import PeerFilter
+from curvine_py.worker.lmauth import LocalUsers, PeerFilter
 from curvine_py.worker.throttle import LogThrottle, log_throttled
 
 log = logging.getLogger(__name__)
@@ -210,8 +211,10 @@ class LmServer:
 
     def __init__(self, kv: KVClient, *, host: str, port: int, max_payload: int,
                  limits: ServerLimits = UNBOUNDED, gate: ConnectionGate | None = None,
-                 peers: PeerFilter | None = None, metrics: WorkerMetrics | None = None) -> None:
+                 peers: PeerFilter | None = None, local_users: LocalUsers | None = None,
+                 metrics: WorkerMetrics | None = None) -> None:
         self._kv = kv
+        self._local_users = local_users or LocalUsers()
         self._metrics = metrics or register_worker(CollectorRegistry())
         self._peers = peers or PeerFilter()
         self._limits = limits
@@ -226,6 +229,12 @@ class LmServer:
         port = int(sock.getsockname()[1])
 
         def serve(conn: socket.socket, peer: str) -> None:
+            try:
+                self._local_users.check(conn)
+            except PermissionDenied as exc:   # closed before a byte is read: it holds no slot for long
+                log_throttled(log, _throttle, "uid", logging.WARNING, "lm:// refusing %s: %s", peer, exc.message)
+                conn.close()
+                return
             with self._metrics.connections.held("lm"):
                 LmSession(conn, self._kv, max_payload=self._max_payload, peer=peer, limits=self._limits,
                           metrics=self._metrics).serve()

@@ -28,7 +28,7 @@ from curvine_py.rpc.tls import add_tls_options, server_context, tls_files
 from curvine_py.worker.evictor import Evictor
 from curvine_py.worker.heartbeat import Advertised, Heartbeater
 from curvine_py.worker.limits import ConnectionGate, ServerLimits, raise_fd_limit
-from curvine_py.worker.lmauth import PeerFilter, check_lm_bind, parse_networks
+from curvine_py.worker.lmauth import LocalUsers, PeerFilter, check_lm_bind, parse_networks, parse_uids
 from curvine_py.worker.refuser import Refuser
 from curvine_py.worker.scrub import Scrubber
 from curvine_py.worker.server import DataServer
@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allow the lm:// port on a reachable address (anyone reaching it is trusted)")
     p.add_argument("--lm-allow", dest="lm_allow", action="append", metavar="CIDR",
                    help="only peers in this network may use the lm:// port (repeatable)")
+    p.add_argument("--lm-allow-uid", dest="lm_allow_uid", action="append", metavar="UID",
+                   help="a local user (uid) that may use the lm:// port over loopback besides the worker's own; "
+                   "with a token only those may (repeatable)")
     p.add_argument("--unix-socket", help="short-circuit socket path (default DATA_DIR/worker.sock)")
     p.add_argument("--worker-id", help="override the id persisted in the first data dir")
     p.add_argument("--max-connections", type=int,
@@ -92,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_config(args: argparse.Namespace) -> WorkerConfig:
     flags = {k: v for k, v in vars(args).items() if k not in ("config", "log_level", "log_format") and v is not None}
-    for many in ("data_dirs", "lm_allow"):
+    for many in ("data_dirs", "lm_allow", "lm_allow_uid"):
         if many in flags:
             flags[many] = tuple(flags[many])
     cfg = config.load(WorkerConfig, section="worker", toml_path=args.config, flags=flags)
@@ -116,6 +119,7 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
     if cfg.lm_port:
         check_lm_bind(cfg.lm_host, token=cfg.token, lm_insecure=cfg.lm_insecure, insecure=cfg.insecure)
         parse_networks(cfg.lm_allow)
+        parse_uids(cfg.lm_allow_uid)
     return cfg
 
 
@@ -149,7 +153,9 @@ def start_lm_server(cfg: WorkerConfig, node: str, teardown: contextlib.ExitStack
     # closed idle connection would cost its engine the L2 tier until it restarts.
     server = LmServer(client.kv, host=cfg.lm_host, port=max(cfg.lm_port, 0), max_payload=cfg.max_payload,
                       limits=dataclasses.replace(limits, idle_timeout_s=0), gate=gate,
-                      peers=PeerFilter(parse_networks(cfg.lm_allow)), metrics=metrics)
+                      peers=PeerFilter(parse_networks(cfg.lm_allow)),
+                      local_users=LocalUsers.for_cluster(token=cfg.token, allow_uids=cfg.lm_allow_uid),
+                      metrics=metrics)
     port = server.start()
     teardown.callback(server.stop)
     return port
