@@ -21,4 +21,5 @@ class DriverSettings:
     state_dir: str = "/var/lib/curvine-csi"
     max_volumes: int = 0
     mount_args: tuple[str, ...] = ()
+    path_roots: tuple[str, ...] = ("/var/lib/kubelet",)   # staging and target paths must lie below one
     recovery_interval_s: float = 1.0     # how often dead mounts are looked for (the issue asks: noticed within 2 s)

@@ -43,6 +43,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--index-dir", default=DEFAULT_INDEX_DIR, help=f"the volume index (default {DEFAULT_INDEX_DIR})")
     p.add_argument("--state-dir", default="/var/lib/curvine-csi",
                    help="node-local dir for the state of staged volumes and mount logs (node)")
+    p.add_argument("--path-root", action="append", default=[],
+                   help="staging and target paths must lie below this dir (repeatable; node; default "
+                        "/var/lib/kubelet): any other path is INVALID_ARGUMENT")
     p.add_argument("--max-volumes", type=int, default=0, help="volumes per node reported to the CO (0: no limit)")
     p.add_argument("--mount-arg", action="append", default=[],
                    help="extra argument for every `curvine-py mount` (repeatable), e.g. --mount-arg=--deadline=30")
@@ -65,6 +68,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args.master = ",".join(parse_master_list(args.master))      # InvalidArgument for a bad list
     if args.recovery_interval <= 0:
         raise InvalidArgument("--recovery-interval must be > 0")
+    for root in args.path_root:
+        if not root.startswith("/") or os.path.normpath(root) == "/":
+            raise InvalidArgument(f"--path-root {root!r}: an absolute dir other than / is needed")
     if not (args.controller or args.node):
         raise InvalidArgument("serve at least one of --controller and --node")
     return args
@@ -83,7 +89,8 @@ def settings_from(argv: list[str]) -> tuple[str, DriverSettings, tuple[str, str 
     settings = DriverSettings(node_id=args.node_id, controller=args.controller, node=args.node, master=args.master,
                               token=token, name=args.driver_name, base_path=args.base_path,
                               index_dir=args.index_dir, state_dir=args.state_dir, max_volumes=args.max_volumes,
-                              mount_args=tuple(args.mount_arg), recovery_interval_s=args.recovery_interval)
+                              mount_args=tuple(args.mount_arg), recovery_interval_s=args.recovery_interval,
+                              path_roots=tuple(args.path_root) or ("/var/lib/kubelet",))
     return args.endpoint, settings, (args.log_level, args.log_format)
 
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from curvine_py.csi.bindmounts import detach
 from curvine_py.csi.errors import internal
+from curvine_py.csi.paths import is_own_volume_id
 from curvine_py.fuse.mountpoint import is_mounted
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ class MountProcesses:
         os.makedirs(log_dir, mode=0o700, exist_ok=True)
 
     def log_file(self, volume_id: str) -> str:
+        if not is_own_volume_id(volume_id):        # never a path: see curvine_py.csi.paths
+            raise internal(f"{volume_id!r} is not a volume id of this driver")
         return os.path.join(self.log_dir, f"{volume_id}.log")
 
     def remove_log(self, volume_id: str) -> None:

@@ -19,6 +19,7 @@ from curvine_py.csi.errors import already_exists, csi_method, invalid, not_found
 from curvine_py.csi.locks import KeyedLocks
 from curvine_py.csi.mounts import MountProcesses
 from curvine_py.csi.nodestate import NodeState, StagedVolume, Target
+from curvine_py.csi.paths import PathPolicy, check_volume_id, normal_absolute
 from curvine_py.csi.recovery import Recovery, mount_condition
 from curvine_py.fuse.mountpoint import is_mounted
 from curvine_py.proto.csi.v1 import csi_pb2 as csi
@@ -47,17 +48,12 @@ def mount_options(capability: csi.VolumeCapability) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def _required(value: str, name: str) -> str:
-    if not value:
-        raise invalid(f"{name} is required")
-    return os.path.normpath(value) if name.endswith("path") else value
-
-
 class Node(csi_pb2_grpc.NodeServicer):
     def __init__(self, catalog: Catalog, settings: DriverSettings) -> None:
         self.catalog = catalog
         self.settings = settings
-        self.state = NodeState(settings.state_dir)
+        self.paths = PathPolicy(settings.path_roots, reserved=[settings.state_dir])
+        self.state = NodeState(settings.state_dir, self.paths, MOUNT_FLAGS, VALUED_MOUNT_FLAGS)
         self.mounts = MountProcesses(master=settings.master, token=settings.token, node_id=settings.node_id,
                                      log_dir=os.path.join(settings.state_dir, "logs"), extra_args=settings.mount_args)
         self.locks = KeyedLocks()
@@ -69,11 +65,14 @@ class Node(csi_pb2_grpc.NodeServicer):
     def stop(self) -> None:
         self.recovery.stop()
 
+    def _path(self, value: str, name: str) -> str:
+        return self.paths.check(value, name)
+
     # -- stage / unstage ---------------------------------------------------------------------
     @csi_method
     def NodeStageVolume(self, request: csi.NodeStageVolumeRequest, context: Any) -> csi.NodeStageVolumeResponse:
-        volume_id = _required(request.volume_id, "volume_id")
-        staging = _required(request.staging_target_path, "staging_target_path")
+        volume_id = check_volume_id(request.volume_id)
+        staging = self._path(request.staging_target_path, "staging_target_path")
         volumes.require_capability(request.volume_capability if request.HasField("volume_capability") else None)
         options = mount_options(request.volume_capability)
         read_only = request.volume_capability.access_mode.mode in volumes.READ_ONLY_MODES
@@ -98,8 +97,8 @@ class Node(csi_pb2_grpc.NodeServicer):
     @csi_method
     def NodeUnstageVolume(self, request: csi.NodeUnstageVolumeRequest,
                           context: Any) -> csi.NodeUnstageVolumeResponse:
-        volume_id = _required(request.volume_id, "volume_id")
-        staging = _required(request.staging_target_path, "staging_target_path")
+        volume_id = check_volume_id(request.volume_id)
+        staging = self._path(request.staging_target_path, "staging_target_path")
         with self.locks.hold(volume_id):
             staged = self.state.load(volume_id)
             if staged is None or staged.staging_path != staging:
@@ -119,9 +118,10 @@ class Node(csi_pb2_grpc.NodeServicer):
     @csi_method
     def NodePublishVolume(self, request: csi.NodePublishVolumeRequest,
                           context: Any) -> csi.NodePublishVolumeResponse:
-        volume_id = _required(request.volume_id, "volume_id")
-        target_path = _required(request.target_path, "target_path")
-        staging = _required(request.staging_target_path, "staging_target_path")
+        volume_id = check_volume_id(request.volume_id)
+        target_path = self._path(request.target_path, "target_path")
+        staging = self._path(request.staging_target_path, "staging_target_path")
+        self.paths.check_apart(staging, target_path)
         volumes.require_capability(request.volume_capability if request.HasField("volume_capability") else None)
         read_only = request.readonly or request.volume_capability.access_mode.mode in volumes.READ_ONLY_MODES
         with self.locks.hold(volume_id):
@@ -144,8 +144,8 @@ class Node(csi_pb2_grpc.NodeServicer):
     @csi_method
     def NodeUnpublishVolume(self, request: csi.NodeUnpublishVolumeRequest,
                             context: Any) -> csi.NodeUnpublishVolumeResponse:
-        volume_id = _required(request.volume_id, "volume_id")
-        target_path = _required(request.target_path, "target_path")
+        volume_id = check_volume_id(request.volume_id)
+        target_path = self._path(request.target_path, "target_path")
         with self.locks.hold(volume_id):
             staged = self.state.load(volume_id)
             bindmounts.detach(target_path)
@@ -173,8 +173,8 @@ class Node(csi_pb2_grpc.NodeServicer):
     @csi_method
     def NodeGetVolumeStats(self, request: csi.NodeGetVolumeStatsRequest,
                            context: Any) -> csi.NodeGetVolumeStatsResponse:
-        volume_id = _required(request.volume_id, "volume_id")
-        path = _required(request.volume_path, "volume_path")
+        volume_id = check_volume_id(request.volume_id)
+        path = normal_absolute(request.volume_path, "volume_path")   # only compared with the state
         staged = self._staged_at(volume_id, path)
         condition = mount_condition(staged, self.mounts)
         response = csi.NodeGetVolumeStatsResponse(volume_condition=condition)
@@ -194,8 +194,8 @@ class Node(csi_pb2_grpc.NodeServicer):
 
     @csi_method
     def NodeExpandVolume(self, request: csi.NodeExpandVolumeRequest, context: Any) -> csi.NodeExpandVolumeResponse:
-        volume_id = _required(request.volume_id, "volume_id")
-        path = _required(request.volume_path, "volume_path")
+        volume_id = check_volume_id(request.volume_id)
+        path = normal_absolute(request.volume_path, "volume_path")   # only compared with the state
         if request.HasField("volume_capability"):
             volumes.require_capability(request.volume_capability)
         requested = volumes.capacity_of(request.capacity_range if request.HasField("capacity_range") else None)

@@ -2,6 +2,9 @@
 node-local state dir, so a restarted plugin knows which mount processes are its own, which
 staging paths to watch and which bind mounts to re-establish. Files are replaced atomically
 (temp file + rename), so a crash leaves the old or the new state, never half of one.
+
+Only this driver's own ids (`cv-` + 32 hex digits) name a file, and a file's contents are checked
+as strictly as a request (curvine_py.csi.paths) before anything acts on them.
 """
 from __future__ import annotations
 
@@ -9,7 +12,11 @@ import dataclasses
 import json
 import logging
 import os
+from collections.abc import Set
 from dataclasses import dataclass
+
+from curvine_py.csi.errors import CsiError
+from curvine_py.csi.paths import PathPolicy, is_own_volume_id, validated_state
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +37,10 @@ class StagedVolume:
     pid: int                         # the mount process, told apart from a reused pid by its start time
     pid_start: int
     targets: tuple[Target, ...] = ()
+    device: str = ""                 # major:minor of the FUSE mount (how its copies in pods are found)
 
-    def with_process(self, pid: int, pid_start: int) -> StagedVolume:
-        return dataclasses.replace(self, pid=pid, pid_start=pid_start)
+    def with_process(self, pid: int, pid_start: int, device: str = "") -> StagedVolume:
+        return dataclasses.replace(self, pid=pid, pid_start=pid_start, device=device)
 
     def with_target(self, target: Target) -> StagedVolume:
         others = tuple(t for t in self.targets if t.path != target.path)
@@ -46,11 +54,17 @@ class StagedVolume:
 
 
 class NodeState:
-    def __init__(self, state_dir: str) -> None:
+    def __init__(self, state_dir: str, policy: PathPolicy, options: Set[str] = frozenset(),
+                 valued_options: Set[str] = frozenset()) -> None:
         self.dir = os.path.join(state_dir, "volumes")
+        self.policy = policy
+        self.options = set(options)
+        self.valued_options = set(valued_options)
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
 
     def _file(self, volume_id: str) -> str:
+        if not is_own_volume_id(volume_id):        # never a path: see curvine_py.csi.paths
+            raise ValueError(f"{volume_id!r} is not a volume id of this driver")
         return os.path.join(self.dir, f"{volume_id}.json")
 
     def save(self, volume: StagedVolume) -> None:
@@ -69,13 +83,17 @@ class NodeState:
             pass
 
     def load(self, volume_id: str) -> StagedVolume | None:
+        """The state of a volume staged here; None for an id not of this driver, no file or a bad file."""
+        if not is_own_volume_id(volume_id):
+            return None
         try:
             with open(self._file(volume_id)) as fh:
-                data = json.load(fh)
+                data = validated_state(json.load(fh), volume_id, self.policy, self.options, self.valued_options)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
-            log.error("unreadable state of volume %s: %s", volume_id, exc)
+        except (OSError, ValueError, CsiError) as exc:
+            log.error("ignoring the state file of volume %s: %s", volume_id,
+                      exc.message if isinstance(exc, CsiError) else exc)
             return None
         data["targets"] = tuple(Target(**t) for t in data.get("targets", ()))
         data["mount_options"] = tuple(data.get("mount_options", ()))

@@ -158,7 +158,7 @@ def volume_id(name: str) -> str:
 
 
 def is_volume_id(text: str) -> bool:
-    return bool(_ID.match(text))
+    return bool(_ID.fullmatch(text))
 
 
 def check_name(name: str) -> None:

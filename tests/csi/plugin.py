@@ -35,7 +35,7 @@ def block_capability() -> Any:
 class Plugin:
     def __init__(self, root: pathlib.Path, master: str, *, controller: bool = True, node: bool = True,
                  node_id: str = "node-a", extra: Sequence[str] = (), prefix: Sequence[str] = (),
-                 token: str = "") -> None:
+                 token: str = "", path_root: str = "/tmp") -> None:
         self.root = pathlib.Path(root)
         self.master = master
         self.socket = self.root / "csi" / "csi.sock"
@@ -45,6 +45,7 @@ class Plugin:
         self.extra = list(extra)
         self.prefix = list(prefix)            # e.g. nsenter --net=...: the plugin (and its mounts) on another "host"
         self.token = token
+        self.path_root = path_root            # staging and target paths must lie below it (--path-root)
         self.process: RoleProcess | None = None
         self.channel: grpc.Channel | None = None
 
@@ -58,7 +59,8 @@ class Plugin:
             token = ["--token-file", str(token_file)]
         return self.prefix + curvine_command("csi", "--endpoint", f"unix://{self.socket}", "--node-id", self.node_id,
                                "--master", self.master, "--state-dir", str(self.state_dir),
-                               "--base-path", "/volumes", *token, *self.roles, *self.extra)
+                               "--base-path", "/volumes", "--path-root", self.path_root, *token, *self.roles,
+                               *self.extra)
 
     def start(self) -> Self:
         self.process = start("csi", self.argv(), ready_prefix="csi=")

@@ -8,6 +8,7 @@ from typing import Any
 from curvine_py.core.errors import Unavailable
 from curvine_py.csi.locks import KeyedLocks
 from curvine_py.csi.nodestate import NodeState, StagedVolume
+from curvine_py.csi.paths import PathPolicy
 from curvine_py.csi.recovery import Recovery
 
 
@@ -32,7 +33,7 @@ class FailingMounts:
 
 
 def test_failed_remounts_back_off_and_success_resets(tmp_path: pathlib.Path) -> None:
-    state = NodeState(str(tmp_path))
+    state = NodeState(str(tmp_path), PathPolicy([str(tmp_path)]))
     staging = tmp_path / "staging"
     staging.mkdir()
     state.save(StagedVolume("cv-" + "0" * 32, "/volumes/v", str(staging), False, (), 7, 7))
