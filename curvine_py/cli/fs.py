@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import posixpath
+import re
 import sys
 import time
 from dataclasses import replace
@@ -16,7 +17,7 @@ from curvine_py.cli.transfer import default_jobs
 from curvine_py.client import CurvineClient, FileStatus
 from curvine_py.config import parse_size
 from curvine_py.core.domain import StorageClass
-from curvine_py.core.errors import InvalidArgument
+from curvine_py.core.errors import InvalidArgument, NotFound
 
 
 def _line(status: FileStatus) -> str:
@@ -192,6 +193,31 @@ def execute(client: CurvineClient, args: argparse.Namespace) -> int:
     return 0
 
 
+# The master names a missing entry by its parent's inode ("'pipe.bin' not found in 6"), a path
+# lookup by the prefix it resolved ("/a/b: 'a' not found"): a person gave a path, so the message
+# names that path, up to the component that is missing.
+_MISSING = re.compile(r"^(?:/\S*: )?'(?P<name>[^/]+)' not found(?: in \d+)?")
+
+
+def missing_path(message: str, paths: list[str]) -> str | None:
+    """The prefix of one of `paths` that ends at the missing component the master's `message`
+    names; None when the message is not of that kind or no path has the component."""
+    match = _MISSING.match(message)
+    if match is None:
+        return None
+    for path in paths:
+        parts = posixpath.normpath("/" + path.lstrip("/")).split("/")[1:]
+        for index, part in enumerate(parts):
+            if part == match["name"]:
+                return "/" + "/".join(parts[:index + 1])
+    return None
+
+
+def _paths(args: argparse.Namespace) -> list[str]:
+    return [p for p in (getattr(args, "path", None), getattr(args, "src", None), getattr(args, "dst", None))
+            if isinstance(p, str)]
+
+
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
 
@@ -199,6 +225,13 @@ def main(argv: list[str]) -> int:
         # A tree copy keeps --jobs requests in flight: a connection per worker for each.
         jobs = (args.jobs or default_jobs()) if args.command in ("put", "get") and args.recursive else 0
         with client_from(args, parallel=jobs) as client:
-            return execute(client, args)
+            try:
+                return execute(client, args)
+            except NotFound as exc:
+                path = missing_path(exc.message, _paths(args))
+                if path is None:
+                    raise
+                hint = f"; create it first: fs mkdir -p {path}" if args.command in ("policy", "quota") else ""
+                raise NotFound(f"{args.command}: {path}: no such file or directory{hint}") from None
 
     return run_tool("fs", body)
