@@ -3,9 +3,11 @@ table of the workers (capacity bar, health, last heartbeat, objects, blocks, evi
 disk reserve, lm:// and /metrics ports), the master's own /metrics and status page ports, the
 mounts alive (node, mountpoint, /metrics port, last heartbeat), the replication state
 (under-replicated and lost blocks, repairs) and the quotas.
-`--json`: the master's ClusterReport as JSON. `--watch`: the same again every SECONDS (2), in place
-on a terminal (rich Live), one snapshot after another in a pipe (one JSON document per line with
---json); Ctrl-C ends it (exit 0).
+`--json`: the master's ClusterReport as JSON (camelCase names, integers as numbers). `--watch`:
+the same again every SECONDS (2), in place on a terminal (rich Live), one snapshot after another
+in a pipe (one JSON document per line with --json); Ctrl-C ends it (exit 0). On a terminal too
+narrow for one row per worker, the worker columns continue in further tables, each row led by
+its worker id.
 
 Hit rate: of the KV lookups each worker answered since it started (the hits and misses its
 heartbeat carries); "-" when it has answered none, never a made-up number.
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any, Self, TypeVar
 
+from google.protobuf.descriptor import FieldDescriptor
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
@@ -28,7 +31,8 @@ from rich.text import Text
 
 from curvine_py.cli.common import add_client_options, client_from, human_bytes, run_tool
 from curvine_py.client import CurvineClient
-from curvine_py.core.cluster import ClusterReport
+from curvine_py.core.cluster import ClusterReport, WorkerInfo
+from curvine_py.proto.curvine.v1 import master_pb2 as mpb
 from curvine_py.rpc.convert import report_as_dict
 
 DEFAULT_WATCH_S = 2.0
@@ -57,23 +61,70 @@ def hit_rate(hits: int, misses: int) -> str:
     return f"{hits / lookups:.1%} of {lookups}" if lookups else "-"
 
 
-def workers_table(report: ClusterReport, now_ms: float) -> Table:
-    table = Table(title="workers", title_justify="left", expand=False)
-    for name, justify in (("worker", "left"), ("health", "left"), ("address", "left"), ("node", "left"),
-                          ("capacity", "left"), ("used / capacity", "right"), ("objects", "right"),
-                          ("blocks", "right"), ("evictions", "right"), ("heartbeat", "right"),
-                          ("hit rate", "right"), ("disk reserve", "right"), ("lm://", "right"),
-                          ("metrics", "right")):
-        table.add_column(name, justify=justify, no_wrap=True)   # type: ignore[arg-type]
-    for w in report.workers:
-        health = Text("live", style="green") if w.live else Text("LOST", style="bold red")
-        reserve = f"{w.free_space_ratio:.0%} = {human_bytes(w.reserve_bytes)} (free {human_bytes(w.fs_free_bytes)})"
-        table.add_row(w.worker_id, health, f"{w.host}:{w.port}", w.node, bar(w.used, w.capacity),
-                      f"{human_bytes(w.used)} / {human_bytes(w.capacity)}", str(w.objects), str(w.blocks),
-                      str(w.evictions), _age(w.last_heartbeat_ms, now_ms), hit_rate(w.hits, w.misses),
-                      reserve if w.live else "",
-                      str(w.lm_port or "off"), str(w.metrics_port or "off"))
-    return table
+def _health(live: bool) -> Text:
+    return Text("live", style="green") if live else Text("LOST", style="bold red")
+
+
+def _reserve(w: WorkerInfo) -> str:
+    if not w.live:
+        return ""
+    return f"{w.free_space_ratio:.0%} = {human_bytes(w.reserve_bytes)} (free {human_bytes(w.fs_free_bytes)})"
+
+
+Cell = Callable[[WorkerInfo, float], "str | Text"]
+
+# The worker columns in their order: (header, justify, cell). Health and node come first: what an
+# operator looks for, never squeezed out.
+WORKER_COLUMNS: tuple[tuple[str, str, Cell], ...] = (
+    ("health", "left", lambda w, _: _health(w.live)),
+    ("node", "left", lambda w, _: w.node),
+    ("address", "left", lambda w, _: f"{w.host}:{w.port}"),
+    ("capacity", "left", lambda w, _: bar(w.used, w.capacity)),
+    ("used / capacity", "right", lambda w, _: f"{human_bytes(w.used)} / {human_bytes(w.capacity)}"),
+    ("heartbeat", "right", lambda w, now_ms: _age(w.last_heartbeat_ms, now_ms)),
+    ("objects", "right", lambda w, _: str(w.objects)),
+    ("blocks", "right", lambda w, _: str(w.blocks)),
+    ("evictions", "right", lambda w, _: str(w.evictions)),
+    ("hit rate", "right", lambda w, _: hit_rate(w.hits, w.misses)),
+    ("disk reserve", "right", lambda w, _: _reserve(w)),
+    ("lm://", "right", lambda w, _: str(w.lm_port or "off")),
+    ("metrics", "right", lambda w, _: str(w.metrics_port or "off")),
+)
+_CELL_OVERHEAD = 3   # a column's padding (1 + 1) and its border (1); a table adds one more border
+
+
+def _cell_width(value: str | Text) -> int:
+    return value.cell_len if isinstance(value, Text) else Text(value).cell_len
+
+
+def workers_tables(report: ClusterReport, now_ms: float, width: int | None = None) -> list[Table]:
+    """The workers, each row led by its id: one table with every column when it fits in `width`
+    console columns (None: any width), else the columns spread in their order over as many
+    tables as it takes, so that none is squeezed (rich would shrink health and node to nothing)."""
+    rows = [(w.worker_id, [cell(w, now_ms) for _, _, cell in WORKER_COLUMNS]) for w in report.workers]
+    widths = [max([len(name)] + [_cell_width(cells[i]) for _, cells in rows])
+              for i, (name, _, _) in enumerate(WORKER_COLUMNS)]
+    id_width = max([len("worker")] + [len(worker_id) for worker_id, _ in rows])
+    groups: list[list[int]] = [[]]
+    used = 1 + id_width + _CELL_OVERHEAD
+    for index, column_width in enumerate(widths):
+        if width is not None and groups[-1] and used + column_width + _CELL_OVERHEAD > width:
+            groups.append([])
+            used = 1 + id_width + _CELL_OVERHEAD
+        groups[-1].append(index)
+        used += column_width + _CELL_OVERHEAD
+    tables = []
+    for number, group in enumerate(groups):
+        title = "workers" if number == 0 else "workers (continued)"
+        table = Table(title=title, title_justify="left", expand=False)
+        table.add_column("worker", no_wrap=True, min_width=id_width)
+        for index in group:
+            name, justify, _ = WORKER_COLUMNS[index]
+            table.add_column(name, justify=justify, no_wrap=True, min_width=widths[index])  # type: ignore[arg-type]
+        for worker_id, cells in rows:
+            table.add_row(worker_id, *(cells[index] for index in group))
+        tables.append(table)
+    return tables
 
 
 def mounts_table(report: ClusterReport, now_ms: float) -> Table:
@@ -96,12 +147,13 @@ def quotas_table(report: ClusterReport) -> Table:
     return table
 
 
-def render(report: ClusterReport, now_ms: float) -> RenderableType:
+def render(report: ClusterReport, now_ms: float, width: int | None = None) -> RenderableType:
+    """The report for a console `width` columns wide (None: as wide as it takes)."""
     live = sum(1 for w in report.workers if w.live)
     health = "green" if live == len(report.workers) and live else "red"
     head = Text(f"cluster {report.cluster_id}  epoch {report.epoch}  workers ")
     head.append(f"{live} live / {len(report.workers)}", style=health)
-    head.append(f"  master metrics {report.metrics_port or 'off'}  status page {report.status_port or 'off'}")
+    head.append(f"\nmaster metrics {report.metrics_port or 'off'}  status page {report.status_port or 'off'}")
     total = Text("capacity ")
     total.append_text(bar(report.used, report.capacity))
     total.append(f"  used {human_bytes(report.used)} of {human_bytes(report.capacity)}"
@@ -116,7 +168,7 @@ def render(report: ClusterReport, now_ms: float) -> RenderableType:
     replication.append(f", {r.surplus} surplus blocks; repaired {r.repaired_blocks} blocks "
                        f"({human_bytes(r.repaired_bytes)}), {r.repair_failures} failed copies, "
                        f"repair rate {human_bytes(r.repair_rate) + '/s' if r.repair_rate else 'off'}")
-    parts: list[RenderableType] = [head, total, counts, workers_table(report, now_ms)]
+    parts: list[RenderableType] = [head, total, counts, *workers_tables(report, now_ms, width)]
     if report.mounts:
         parts.append(mounts_table(report, now_ms))
     parts.append(replication)
@@ -128,8 +180,35 @@ def render(report: ClusterReport, now_ms: float) -> RenderableType:
     return Group(*parts)
 
 
+def _numbers(descriptor: Any, value: dict[str, Any]) -> dict[str, Any]:
+    """`value` (protobuf's JSON mapping of a message of `descriptor`) with its 64-bit integers as
+    JSON numbers: the mapping writes them as strings (for JavaScript), which every script reading
+    `report --json` had to undo (Python's json reads any integer exactly)."""
+    for field in descriptor.fields:
+        if field.json_name not in value:
+            continue
+        item = value[field.json_name]
+        items = item if field.is_repeated else [item]
+        if field.cpp_type in _INT64:
+            converted = [int(v) for v in items]
+            value[field.json_name] = converted if field.is_repeated else converted[0]
+        elif field.message_type is not None:
+            for sub in items:
+                _numbers(field.message_type, sub)
+    return value
+
+
+_INT64 = (FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT64)
+
+
+def report_dict(report: ClusterReport) -> dict[str, Any]:
+    """The master's report as `--json` writes it: the wire message's JSON mapping (camelCase
+    names, every field present), integers as numbers."""
+    return _numbers(mpb.ClusterReport.DESCRIPTOR, report_as_dict(report))
+
+
 def as_json(report: ClusterReport, indent: int | None) -> str:
-    return json.dumps(report_as_dict(report), indent=indent)
+    return json.dumps(report_dict(report), indent=indent)
 
 
 T = TypeVar("T")
@@ -180,7 +259,7 @@ def watch(fetch: Callable[[], ClusterReport], show: Callable[[ClusterReport], No
         while True:
             report = ctrl_c.call(fetch)
             if live is not None:
-                live.update(render(report, time.time() * 1000), refresh=True)
+                live.update(render(report, time.time() * 1000, live.console.width), refresh=True)
             else:
                 show(report)
             time.sleep(interval)
@@ -207,7 +286,7 @@ def main(argv: list[str]) -> int:
         if args.json:
             print(as_json(report, None if args.watch else 2), flush=True)
         else:
-            console.print(render(report, time.time() * 1000))
+            console.print(render(report, time.time() * 1000, console.width))
             if args.watch:
                 console.print()   # a blank line between snapshots in a pipe
 
