@@ -50,6 +50,19 @@ def dump(ns: Namespace, out: IO[bytes], advance: Progress = lambda _n: None) -> 
     return Moved(rows, tuple(sizes.items()), header.schema_version)
 
 
+_PROBLEMS_SHOWN = 5
+
+
+def _refuse_unsound(ns: Namespace, target: str) -> None:
+    """Raises (the transaction then loads nothing) when the loaded rows fail the namespace check."""
+    problems = ns.check()
+    if problems:
+        shown = "; ".join(problems[:_PROBLEMS_SHOWN])
+        more = f" (and {len(problems) - _PROBLEMS_SHOWN} more)" if len(problems) > _PROBLEMS_SHOWN else ""
+        raise InvalidArgument(f"the dump does not hold a sound namespace, {target} is left as it was: "
+                              f"{shown}{more}")
+
+
 def load(ns: Namespace, reader: DumpReader, *, force: bool = False, advance: Progress = lambda _n: None,
          target: str = "the target") -> Moved:
     """Replaces the content of `ns` with the dump's, in one transaction. Refuses (before changing
@@ -81,8 +94,10 @@ def load(ns: Namespace, reader: DumpReader, *, force: bool = False, advance: Pro
                 counts[table] += len(batch)
                 moved += len(batch)
                 advance(len(batch))
-        # reader.rows() returned: the trailer checked out, so commit.
+        # reader.rows() returned: the trailer checked out. A checksum proves the file is whole, not
+        # that whoever wrote it wrote a sound namespace: it must pass the namespace's own fsck first.
         ns.set_next_ino(header.next_ino)
         ns.loaded()
+        _refuse_unsound(ns, target)
     ns.settled_after_load()
     return Moved(moved, tuple(counts.items()), header.schema_version)

@@ -85,8 +85,14 @@ class Bulk(Database):
             self._db.execute("DELETE FROM sqlite_sequence")
 
     def loaded(self) -> None:
-        """After a load: PostgreSQL plans by table statistics, and a COPY leaves none until
-        autovacuum gets to it (SQLite plans by its indexes alone)."""
+        """After a load (in its transaction): no worker row is kept. A dump's worker addresses are
+        not trusted: a row loaded live is in the placement view at once, and a crafted one sent
+        clients (and the cluster token) to a stranger's listener; even a row not live is still
+        tried for the blocks it is listed with. Each worker registers again with the address it
+        really has (at its next heartbeat it is told to) under its persisted id, so its block
+        locations count again. PostgreSQL then plans by table statistics, and a COPY leaves none
+        until autovacuum gets to it (SQLite plans by its indexes alone)."""
+        self._db.execute("DELETE FROM workers")
         if self.dialect != SQLITE:
             self._db.execute("ANALYZE")
 

@@ -31,6 +31,14 @@ _CHECKS: tuple[tuple[str, str], ...] = (
     ("inode {0} is unreachable and not an orphan",
      ("SELECT i.ino FROM inodes i WHERE i.ino != 1 AND i.orphan = 0 AND NOT EXISTS "
       "(SELECT 1 FROM dentries d WHERE d.ino = i.ino)")),
+    # A name whose chain of parents never reaches the root: a directory cycle (a/b/a) or a detached
+    # subtree. UNION (not UNION ALL) keeps the walk finite on a cycle; the reachability of an inode with
+    # no name at all is the check above.
+    ("inode {0} is not reachable from the root (a directory cycle or a detached subtree)",
+     ("WITH RECURSIVE reach(ino) AS (SELECT ino FROM inodes WHERE ino = 1 UNION "
+      "SELECT d.ino FROM dentries d JOIN reach r ON d.parent = r.ino) "
+      "SELECT i.ino FROM inodes i WHERE i.orphan = 0 AND i.ino NOT IN (SELECT ino FROM reach) "
+      "AND EXISTS (SELECT 1 FROM dentries d WHERE d.ino = i.ino)")),
     ("directory {0}: parent column does not match its dentry",
      ("SELECT i.ino FROM inodes i WHERE i.type = 2 AND i.ino != 1 AND NOT EXISTS "
       "(SELECT 1 FROM dentries d WHERE d.ino = i.ino AND d.parent = i.parent)")),
