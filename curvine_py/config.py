@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import ipaddress
+import logging
 import os
+import re
 import socket
 import tomllib
 from collections.abc import Callable, Mapping
@@ -17,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_type_hints
 
 from curvine_py.core.errors import InvalidArgument
+
+log = logging.getLogger(__name__)
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -220,10 +224,31 @@ def load(cls: type[T], *, section: str, toml_path: str | None = None,
             raise InvalidArgument(f"give a token or a token file, not both ({_LAYERS[file_layer]})")
         if file_layer > token_layer:
             values["token"] = read_token_file(str(values["token_file"]))
+    warn_secrets_on_command_line(values, layer)
     return cls(**{k: _coerce(k, hints[k], v) for k, v in values.items()})
 
 
 _LAYERS = {1: "in the TOML file", 2: "in the environment", 3: "as flags"}
+_FLAGS = 3
+# postgresql://user:PASSWORD@host/db: the password part of a URL's authority.
+_URL_PASSWORD = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@:]*:[^/@]+@", re.IGNORECASE)
+
+
+def warn_secrets_on_command_line(values: Mapping[str, Any], layer: Mapping[str, int]) -> None:
+    """A token given as a flag is on the command line, which `ps` shows every local user: say so,
+    and what to use instead (it is still accepted: a test or a one-off may mean it)."""
+    if layer.get("token") == _FLAGS and values.get("token"):
+        log.warning("the token was given with --token: every local user sees it in ps; "
+                    "use --token-file FILE or CURVINE_TOKEN_FILE")
+
+
+def warn_password_in_url_flag(url: str) -> None:
+    """`--meta postgresql://user:PASSWORD@...` puts the password on the command line (see above)."""
+    if _URL_PASSWORD.match(url):
+        log.warning("the --meta URL holds a password: every local user sees it in ps; "
+                    "use --meta-password-file FILE (or libpq's PGPASSFILE)")
+
+
 
 
 def read_token_file(path: str) -> str:

@@ -117,6 +117,8 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
 def meta_url(args: argparse.Namespace, cfg: config.MasterConfig) -> MetaURL:
     """The engine --meta names (default: SQLite under the data dir); refused before anything starts
     when malformed or not runnable here."""
+    if args.meta:
+        config.warn_password_in_url_flag(args.meta)
     url = (parse_meta_url(args.meta, password_file=args.meta_password_file or "") if args.meta
            else engine.default_url(os.path.abspath(cfg.data_dir)))
     if args.meta_password_file and not args.meta:

@@ -10,6 +10,9 @@ What else the wrappers count, from the answers alone:
 - `lookup` is the mount's way of asking "is this object there" (LMCache's `fs://` connector stats a
   chunk file): an entry is a hit (`curvine_cache_hits_total{way="mount"}`); ENOENT, or a negative
   entry (inode 0, cached by the kernel), is a miss and not an error;
+- `getxattr` answering ENODATA (no such attribute) is an ordinary answer, not a failure: the kernel
+  asks for `security.capability` before writes and tools probe for ACLs, so counting those in
+  `curvine_errors_total{code="ENODATA"}` made noise for any alert on errors;
 - `read` counts the bytes it returns (`curvine_sent_bytes_total{way="mount"}`), `write` the bytes it
   accepted (`curvine_received_bytes_total{way="mount"}`).
 """
@@ -37,6 +40,10 @@ def _is_miss(exc: BaseException) -> bool:
     return getattr(exc, "errno", None) == errno.ENOENT
 
 
+def _no_attribute(exc: BaseException) -> bool:
+    return getattr(exc, "errno", None) == errno.ENODATA
+
+
 def _counted(op: str, handler: Handler, metrics: MountMetrics, tally: KvTally) -> Handler:
     # Every child resolved once, here, each a local child (observe/local.py), and the access
     # counts in the mount's tally (observe/tally.py): a `labels()` call per request, then
@@ -55,7 +62,7 @@ def _counted(op: str, handler: Handler, metrics: MountMetrics, tally: KvTally) -
         except BaseException as exc:
             if op == "lookup" and _is_miss(exc):
                 tally.misses += 1
-            else:
+            elif not (op == "getxattr" and _no_attribute(exc)):
                 metrics.errors.record(exc)
             raise
         finally:

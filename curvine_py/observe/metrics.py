@@ -11,6 +11,12 @@ Each role builds its families into its own `CollectorRegistry` (`register_master
 default registry: tests run several roles in one process and a second registration of a name in
 one registry is an error.
 
+Every role's registry also carries the process collector (`process_resident_memory_bytes`,
+`process_cpu_seconds_total`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds`,
+read from /proc at scrape time) and `curvine_build_info{version,python,role} 1`, so a dashboard
+sees what runs where (`register_process`); a client library's registry does not (its host program
+has its own process metrics, and two of them would clash).
+
 Gauges that describe state another component already keeps (capacity and usage per data dir,
 membership) are read at scrape time from a callable the role passes in (`StateCollector`), so
 they are never stale and the role does no bookkeeping for them.
@@ -18,14 +24,16 @@ they are never stale and the role does no bookkeeping for them.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import logging
+import platform
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -229,6 +237,25 @@ def cluster_families(gauges: ClusterGauges) -> list[GaugeMetricFamily]:
 
 # -- role registries -------------------------------------------------------------------------------
 
+Role = Literal["master", "worker", "mount"]
+
+
+def version() -> str:
+    """The installed curvine-py's version ('unknown' when run from a tree that is not installed)."""
+    try:
+        return importlib.metadata.version("curvine-py")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def register_process(registry: CollectorRegistry, role: Role) -> None:
+    """The process collector (RSS, CPU seconds, open and max fds, start time) and the build info
+    of a role's process."""
+    ProcessCollector(registry=registry)
+    Info("curvine_build", "What this process runs: curvine-py version, Python version, role",
+         registry=registry).info({"version": version(), "python": platform.python_version(), "role": role})
+
+
 def _errors(registry: CollectorRegistry) -> ErrorMetrics:
     return ErrorMetrics(Counter("curvine_errors", "Failed operations by errno name", ["code"],
                                 registry=registry))
@@ -269,6 +296,7 @@ def register_worker(registry: CollectorRegistry,
     """The worker's families; `data_dirs` (read at each scrape) feeds capacity and usage per dir."""
     hooks = ScrapeHooks()
     registry.register(hooks)   # first: collected before the families it feeds
+    register_process(registry, "worker")
     errors = _errors(registry)
     if data_dirs is not None:
         registry.register(StateCollector(lambda: data_dir_families(data_dirs()), "the data dirs"))
@@ -314,6 +342,7 @@ class MasterMetrics:
 def register_master(registry: CollectorRegistry,
                     cluster: Callable[[], ClusterGauges] | None = None) -> MasterMetrics:
     """The master's families; `cluster` (read at each scrape) feeds the membership gauges."""
+    register_process(registry, "master")
     if cluster is not None:
         registry.register(StateCollector(lambda: cluster_families(cluster()), "the membership"))
     return MasterMetrics(
@@ -358,6 +387,7 @@ class MountMetrics:
 def register_mount(registry: CollectorRegistry) -> MountMetrics:
     hooks = ScrapeHooks()
     registry.register(hooks)   # first: collected before the families it feeds
+    register_process(registry, "mount")
     errors = _errors(registry)
     access = _access(registry, errors)
     way: Way = "mount"
