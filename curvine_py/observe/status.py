@@ -88,10 +88,20 @@ class StatusHandler(http.server.BaseHTTPRequestHandler):
                 log.exception("status source failed")
                 view = unavailable_view("", f"internal error: {exc}")
             generated = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-            page = render(view, refresh_s=type(self).refresh_s, generated=generated).encode()
+            page = render(view, refresh_s=type(self).refresh_s, generated=generated,
+                          metrics_host=self._host_name()).encode()
             self._reply(503 if view.error else 200, "text/html; charset=utf-8", page, send_body)
         else:
             self._reply(404, "text/plain; charset=utf-8", b"not found\n", send_body)
+
+    def _host_name(self) -> str:
+        """The host the browser asked for (its Host header without the port): the master's
+        /metrics link points there, so it works through whatever name reached the page."""
+        host = (self.headers.get("Host") or "").strip()
+        if host.startswith("["):
+            return host[1:].partition("]")[0]
+        name = host.rpartition(":")[0] if host.count(":") == 1 else host
+        return name if all(c.isalnum() or c in ".-_" for c in name) else ""
 
     def _reply(self, status: int, content_type: str, body: bytes, send_body: bool) -> None:
         self.send_response(status)

@@ -11,7 +11,9 @@ Health of a worker, in the order it is decided:
 - `healthy` otherwise.
 
 Hit counts: a worker that has served no lookup yet has no hit rate; the page says so rather than
-showing a number it does not have. Quotas are the report's own list (every directory quota).
+showing a number it does not have. Quotas are the report's own list (every directory quota), and
+so are the replication state (under-replicated and lost blocks, the repairs done) and the mounts
+heard from within the session timeout.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from curvine_py.core.cluster import ClusterReport, WorkerInfo
+from curvine_py.core.cluster import ClusterReport, MountInfo, Replication, WorkerInfo
 from curvine_py.core.domain import PolicyAt, QuotaInfo, StorageClass
 
 Health = Literal["healthy", "late", "full", "lost"]
@@ -48,6 +50,8 @@ class WorkerView:
     health: Health
     hits: int | None = None
     misses: int | None = None
+    host: str = ""
+    metrics_port: int = 0      # its /metrics port on `host`, 0 = off
 
     @property
     def used_ratio(self) -> float:
@@ -69,6 +73,14 @@ class PolicyView:
 
 
 @dataclass(frozen=True, slots=True)
+class MountView:
+    node: str
+    mountpoint: str
+    metrics_port: int              # its /metrics port on `node`, 0 = off
+    heartbeat_age_ms: int | None   # None: no heartbeat time reported
+
+
+@dataclass(frozen=True, slots=True)
 class StatusView:
     cluster_id: str
     epoch: int
@@ -84,6 +96,9 @@ class StatusView:
     quotas: tuple[QuotaInfo, ...] = ()
     master: str = ""
     error: str = ""            # set when the last report could not be read (the page says so)
+    replication: Replication = Replication()
+    mounts: tuple[MountView, ...] = ()
+    metrics_port: int = 0      # the master's /metrics port, 0 = off
 
     @property
     def live_workers(self) -> int:
@@ -129,7 +144,13 @@ def worker_view(info: WorkerInfo, now_ms: int) -> WorkerView:
         lm_port=info.lm_port, capacity=info.capacity, used=info.used, objects=info.objects,
         blocks=info.blocks, evictions=info.evictions, heartbeat_age_ms=age,
         health=worker_health(info.live, age, info.capacity, info.used),
-        hits=info.hits, misses=info.misses)
+        hits=info.hits, misses=info.misses, host=info.host, metrics_port=info.metrics_port)
+
+
+def mount_view(info: MountInfo, now_ms: int) -> MountView:
+    age = max(0, now_ms - info.last_heartbeat_ms) if info.last_heartbeat_ms else None
+    return MountView(node=info.node, mountpoint=info.mountpoint, metrics_port=info.metrics_port,
+                     heartbeat_age_ms=age)
 
 
 _CLASS_NAMES = {StorageClass.CACHE: "cache", StorageClass.DURABLE: "durable"}
@@ -158,7 +179,9 @@ def status_view(report: ClusterReport, *, now_ms: int, policies: Sequence[Policy
         capacity=report.capacity, used=report.used, available=report.available, files=report.files,
         directories=report.directories, blocks=report.blocks, dir_leases=report.dir_leases,
         policies=tuple(policy_view(p) for p in policies),
-        quotas=tuple(sorted((quota_view(q) for q in report.quotas), key=lambda q: q.path)), master=master)
+        quotas=tuple(sorted((quota_view(q) for q in report.quotas), key=lambda q: q.path)), master=master,
+        replication=report.replication, metrics_port=report.metrics_port,
+        mounts=tuple(sorted((mount_view(m, now_ms) for m in report.mounts), key=lambda m: (m.node, m.mountpoint))))
 
 
 def unavailable_view(master: str, error: str) -> StatusView:
