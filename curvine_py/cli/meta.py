@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO
 
+from curvine_py import config
 from curvine_py.cli.common import run_tool
 from curvine_py.cli.progress import progress_bar
 from curvine_py.core.errors import InvalidArgument, NotFound
@@ -45,6 +46,7 @@ def parser() -> argparse.ArgumentParser:
 
 def target_of(args: argparse.Namespace) -> MetaURL:
     if args.meta:
+        config.warn_password_in_url_flag(args.meta)
         url = parse_meta_url(args.meta, password_file=args.meta_password_file or "")
     elif args.data_dir:
         url = engine.default_url(os.path.abspath(args.data_dir))

@@ -119,6 +119,8 @@ def meta_url(args: argparse.Namespace, cfg: config.MasterConfig) -> MetaURL:
     when malformed or not runnable here."""
     if args.meta:
         config.warn_password_in_url_flag(args.meta)
+    if args.meta:
+        config.warn_password_in_url_flag(args.meta)
     url = (parse_meta_url(args.meta, password_file=args.meta_password_file or "") if args.meta
            else engine.default_url(os.path.abspath(cfg.data_dir)))
     if args.meta_password_file and not args.meta:
