@@ -22,8 +22,6 @@ from curvine_py.core.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
 
-log = logging.getLogger(__name__)
-
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -249,26 +247,6 @@ def warn_password_in_url_flag(url: str) -> None:
     if _URL_PASSWORD.match(url):
         log.warning("the --meta URL holds a password: every local user sees it in ps; "
                     "use --meta-password-file FILE (or libpq's PGPASSFILE)")
-_FLAGS = 3
-# postgresql://user:PASSWORD@host/db: the password part of a URL's authority.
-_URL_PASSWORD = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@:]*:[^/@]+@", re.IGNORECASE)
-
-
-def warn_secrets_on_command_line(values: Mapping[str, Any], layer: Mapping[str, int]) -> None:
-    """A token given as a flag is on the command line, which `ps` shows every local user: say so,
-    and what to use instead (it is still accepted: a test or a one-off may mean it)."""
-    if layer.get("token") == _FLAGS and values.get("token"):
-        log.warning("the token was given with --token: every local user sees it in ps; "
-                    "use --token-file FILE or CURVINE_TOKEN_FILE")
-
-
-def warn_password_in_url_flag(url: str) -> None:
-    """`--meta postgresql://user:PASSWORD@...` puts the password on the command line (see above)."""
-    if _URL_PASSWORD.match(url):
-        log.warning("the --meta URL holds a password: every local user sees it in ps; "
-                    "use --meta-password-file FILE (or libpq's PGPASSFILE)")
-
-
 
 
 def read_token_file(path: str) -> str:
