@@ -15,6 +15,7 @@ from typing import Any
 from curvine_py.csi import bindmounts, volumes
 from curvine_py.csi.catalog import Catalog
 from curvine_py.csi.driver_settings import DriverSettings
+from curvine_py.csi.layout import Layout
 from curvine_py.csi.errors import already_exists, csi_method, invalid, not_found, precondition
 from curvine_py.csi.locks import KeyedLocks
 from curvine_py.csi.mounts import MountProcesses
@@ -57,7 +58,9 @@ class Node(csi_pb2_grpc.NodeServicer):
         self.mounts = MountProcesses(master=settings.master, token=settings.token, node_id=settings.node_id,
                                      log_dir=os.path.join(settings.state_dir, "logs"), extra_args=settings.mount_args)
         self.locks = KeyedLocks()
-        self.recovery = Recovery(self.state, self.mounts, self.locks, interval_s=settings.recovery_interval_s)
+        self.layout = Layout(settings.state_dir)
+        self.recovery = Recovery(self.state, self.mounts, self.locks, self.layout,
+                                 interval_s=settings.recovery_interval_s)
 
     def start(self) -> None:
         self.recovery.start()
@@ -88,10 +91,19 @@ class Node(csi_pb2_grpc.NodeServicer):
             record = self.catalog.lookup(volume_id)
             if record is None:
                 raise not_found(f"volume {volume_id} does not exist")
-            os.makedirs(staging, exist_ok=True)
-            bindmounts.detach(staging)        # a dead mount left by an unknown earlier life of this node
-            pid, started = self.mounts.start(volume_id, record.path, staging, read_only=read_only, options=options)
-            self.state.save(StagedVolume(volume_id, record.path, staging, read_only, options, pid, started))
+            _make_dir(staging)
+            bindmounts.detach_all(staging)     # a dead mount left by an unknown earlier life of this node
+            fuse = self.layout.prepare(volume_id)
+            pid, started = self.mounts.start(volume_id, record.path, fuse, read_only=read_only, options=options)
+            try:
+                self.layout.attach(volume_id, staging)
+                device = bindmounts.device_of(fuse)
+            except BaseException:
+                self.mounts.stop(pid, started, fuse)
+                self.layout.detach_volume(volume_id, staging)
+                raise
+            self.state.save(StagedVolume(volume_id, record.path, staging, read_only, options, pid, started,
+                                         device=device))
         return csi.NodeStageVolumeResponse()
 
     @csi_method
@@ -103,12 +115,13 @@ class Node(csi_pb2_grpc.NodeServicer):
             staged = self.state.load(volume_id)
             if staged is None or staged.staging_path != staging:
                 if staged is None and _is_dead_fuse(staging):     # a leftover of a mount we lost track of
-                    bindmounts.detach(staging)
+                    bindmounts.detach_all(staging)
                 return csi.NodeUnstageVolumeResponse()
             if staged.targets:
                 raise precondition(f"volume {volume_id} is still published at "
                                    f"{[t.path for t in staged.targets]}: unpublish first")
-            self.mounts.stop(staged.pid, staged.pid_start, staging)
+            self.mounts.stop(staged.pid, staged.pid_start, self.layout.of(volume_id).fuse)
+            self.layout.detach_volume(volume_id, staging)
             self.state.remove(volume_id)
             self.mounts.remove_log(volume_id)       # a clean unstage leaves nothing on the node
         log.info("unstaged volume %s from %s", volume_id, staging)
@@ -132,11 +145,13 @@ class Node(csi_pb2_grpc.NodeServicer):
             if existing is not None:
                 if existing.read_only != read_only:
                     raise already_exists(f"{target_path} is published {'read-only' if existing.read_only else 'rw'}")
-                if is_mounted(target_path):
+                if is_mounted(target_path) and not bindmounts.broken(target_path):
                     return csi.NodePublishVolumeResponse()
-            os.makedirs(target_path, exist_ok=True)
-            bindmounts.detach(target_path)
-            bindmounts.bind(staging, target_path, read_only=read_only)
+            _make_dir(target_path)
+            if existing is None:
+                bindmounts.detach_all(target_path)     # not ours: a leftover of an unknown earlier life
+            # ours but dead: the new bind is stacked on it, so the target is never a bare dir
+            self.layout.publish(volume_id, target_path, read_only=read_only)
             self.state.save(staged.with_target(Target(target_path, read_only)))
         log.info("published volume %s at %s%s", volume_id, target_path, " (read-only)" if read_only else "")
         return csi.NodePublishVolumeResponse()
@@ -148,7 +163,7 @@ class Node(csi_pb2_grpc.NodeServicer):
         target_path = self._path(request.target_path, "target_path")
         with self.locks.hold(volume_id):
             staged = self.state.load(volume_id)
-            bindmounts.detach(target_path)
+            bindmounts.detach_all(target_path)         # every layer a recovery stacked on it
             try:
                 os.rmdir(target_path)
             except FileNotFoundError:
@@ -216,6 +231,13 @@ class Node(csi_pb2_grpc.NodeServicer):
     def NodeGetInfo(self, request: csi.NodeGetInfoRequest, context: Any) -> csi.NodeGetInfoResponse:
         return csi.NodeGetInfoResponse(node_id=self.settings.node_id, max_volumes_per_node=self.settings.max_volumes,
                                        accessible_topology=csi.Topology(segments={TOPOLOGY_KEY: self.settings.node_id}))
+
+
+def _make_dir(path: str) -> None:
+    try:
+        os.makedirs(path)
+    except FileExistsError:      # a dir, or a dead mount on one (which makedirs(exist_ok=True) refuses)
+        pass
 
 
 def _is_dead_fuse(path: str) -> bool:

@@ -1,7 +1,11 @@
 """Mount recovery: a watcher thread that finds staged volumes whose mount process died (kill -9,
 OOM, a crash: the kernel then answers "Transport endpoint is not connected" on the staging path
-and on every bind mount of it) and brings them back: detach the dead bind mounts and the dead
-mount, start a new mount process on the staging path, bind every published target again.
+and on every bind mount of it) and brings them back: start a new mount process on the volume's
+private FUSE mount point and stack it on the staging path (curvine_py.csi.layout), from where
+mount propagation carries it onto every target and into every pod whose volume mount is
+HostToContainer (rslave); pods with private propagation are repaired inside their namespaces
+(curvine_py.csi.nsbind). Targets are never unmounted during recovery: until the new mount is
+stacked they answer ENOTCONN, so no write lands on the node's disk.
 
 Applications keep their pods: a path opened after the recovery works again; a file descriptor
 opened on the dead mount stays dead (the kernel cannot move it to a new FUSE connection).
@@ -16,8 +20,9 @@ import time
 from collections.abc import Callable
 
 from curvine_py.core.errors import CurvineError
-from curvine_py.csi import bindmounts
+from curvine_py.csi import bindmounts, nsbind
 from curvine_py.csi.errors import CsiError
+from curvine_py.csi.layout import Layout
 from curvine_py.csi.locks import KeyedLocks
 from curvine_py.csi.mounts import MountProcesses
 from curvine_py.csi.nodestate import NodeState, StagedVolume
@@ -35,17 +40,19 @@ def mount_condition(staged: StagedVolume, mounts: MountProcesses) -> csi.VolumeC
     if not mounts.alive(staged.pid, staged.pid_start):
         return csi.VolumeCondition(abnormal=True, message=f"the mount process (pid {staged.pid}) is gone: "
                                                           "the node plugin is remounting the volume")
-    if not is_mounted(staged.staging_path):
-        return csi.VolumeCondition(abnormal=True, message=f"{staged.staging_path} is not mounted")
+    if not is_mounted(staged.staging_path) or bindmounts.broken(staged.staging_path):
+        return csi.VolumeCondition(abnormal=True, message=f"{staged.staging_path} is not mounted or broken")
     return csi.VolumeCondition(abnormal=False, message="mounted")
 
 
 class Recovery:
-    def __init__(self, state: NodeState, mounts: MountProcesses, locks: KeyedLocks, *, interval_s: float,
+    def __init__(self, state: NodeState, mounts: MountProcesses, locks: KeyedLocks, layout: Layout, *,
+                 interval_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.state = state
         self.mounts = mounts
         self.locks = locks
+        self.layout = layout
         self.interval_s = interval_s
         self._clock = clock
         self._failures: dict[str, tuple[int, float]] = {}      # volume id -> (failures in a row, next try)
@@ -89,32 +96,38 @@ class Recovery:
                     log.error("volume %s: recovery failed, next try in %.0f s: %s", current.volume_id, delay, exc)
 
     def heal(self, staged: StagedVolume) -> StagedVolume:
-        """Remounts `staged` if its mount died and re-binds its targets; the caller holds its lock."""
-        healthy = self.mounts.alive(staged.pid, staged.pid_start) and is_mounted(staged.staging_path)
+        """Remounts `staged` if its mount died and repairs its targets; the caller holds its lock."""
+        mounts = self.layout.of(staged.volume_id)
+        healthy = (self.mounts.alive(staged.pid, staged.pid_start) and is_mounted(mounts.fuse)
+                   and not bindmounts.broken(staged.staging_path))
         if healthy:
-            for target in [t for t in staged.targets if not is_mounted(t.path)]:
-                if not os.path.isdir(target.path):      # the pod's dir is gone: nothing to put back
-                    log.warning("volume %s: target %s is gone, forgetting it", staged.volume_id, target.path)
-                    staged = staged.without_target(target.path)
-                    self.state.save(staged)
-                    continue
-                # e.g. someone unmounted a target by hand: put it back
-                bindmounts.bind(staged.staging_path, target.path, read_only=target.read_only)
-            return staged
+            return self._repair_targets(staged)    # e.g. someone unmounted a target by hand
         log.warning("volume %s: the mount on %s died (pid %d): remounting", staged.volume_id, staged.staging_path,
                     staged.pid)
-        for target in staged.targets:
-            bindmounts.detach(target.path)
-        self.mounts.stop(staged.pid, staged.pid_start, staged.staging_path)
-        pid, started = self.mounts.start(staged.volume_id, staged.volume_path, staged.staging_path,
+        self.mounts.stop(staged.pid, staged.pid_start, mounts.fuse)
+        self.layout.prepare(staged.volume_id)
+        pid, started = self.mounts.start(staged.volume_id, staged.volume_path, mounts.fuse,
                                          read_only=staged.read_only, options=staged.mount_options)
         healed = staged.with_process(pid, started)
+        self.state.save(healed)            # the new process is ours even if what follows fails
+        self.layout.attach(staged.volume_id, staged.staging_path)
+        healed = healed.with_process(pid, started, bindmounts.device_of(mounts.fuse))
         self.state.save(healed)
-        for target in healed.targets:
-            if not os.path.isdir(target.path):
-                healed = healed.without_target(target.path)
-                self.state.save(healed)
-                continue
-            bindmounts.bind(healed.staging_path, target.path, read_only=target.read_only)
-        log.info("volume %s: remounted (pid %d) and re-bound %d targets", staged.volume_id, pid, len(healed.targets))
+        healed = self._repair_targets(healed)  # propagation did it for targets bound by this layout
+        repaired, failed = nsbind.repair(staged.device, mounts.rw, mounts.ro)
+        log.info("volume %s: remounted (pid %d), %d targets, %d private pod namespaces repaired%s",
+                 staged.volume_id, pid, len(healed.targets), repaired,
+                 f", {failed} could not be (their pods must restart)" if failed else "")
         return healed
+
+    def _repair_targets(self, staged: StagedVolume) -> StagedVolume:
+        for target in staged.targets:
+            if not self.layout.target_needs_repair(target.path):
+                continue
+            if not os.path.isdir(target.path) and not is_mounted(target.path):
+                log.warning("volume %s: target %s is gone, forgetting it", staged.volume_id, target.path)
+                staged = staged.without_target(target.path)
+                self.state.save(staged)
+                continue
+            self.layout.publish(staged.volume_id, target.path, read_only=target.read_only)   # stacked
+        return staged

@@ -21,8 +21,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def plugin(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plugin]:
-    with Plugin(tmp_path_factory.mktemp("plugin"), cluster.master_address) as p:
+    root = tmp_path_factory.mktemp("plugin")
+    with Plugin(root, cluster.master_address) as p:
         yield p
+    unmount_all(root)               # the plugin's private mount of its state dir's mounts/
+
+
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +36,11 @@ def no_mounts_left(tmp_path: pathlib.Path) -> Iterator[None]:
     for staging in mounts_under(tmp_path):
         for pid in mount_pids(pathlib.Path(staging)):
             os.kill(pid, signal.SIGKILL)
-    for path in mounts_under(tmp_path):
+    unmount_all(tmp_path)
+
+
+def unmount_all(root: pathlib.Path) -> None:
+    for path in mounts_under(root):
         subprocess.run(["umount", "-l", path], check=False, capture_output=True)
 
 

@@ -101,8 +101,20 @@ class Plugin:
         return self.start()
 
 
+def _mountinfo() -> list[list[str]]:
+    with open("/proc/self/mountinfo") as fh:
+        return [line.split() for line in fh]
+
+
 def mount_pids(staging: pathlib.Path) -> list[int]:
-    """The `curvine-py mount` processes serving `staging` (found by their command line)."""
+    """The `curvine-py mount` processes serving `staging`: the staging path is a bind of the volume's
+    private FUSE mount point (curvine_py.csi.layout), so the processes are found by the device of
+    the top mount on `staging` and the mount point on their command line."""
+    info = _mountinfo()
+    devices = [fields[2] for fields in info if fields[4] == str(staging)]
+    if not devices:
+        return []
+    points = {fields[4].encode() for fields in info if fields[2] == devices[-1]}
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -110,7 +122,7 @@ def mount_pids(staging: pathlib.Path) -> list[int]:
                 argv = pathlib.Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"mount" in argv and b"--subdir" in argv and str(staging).encode() in argv:
+            if b"mount" in argv and b"--subdir" in argv and any(a in points for a in argv if a.endswith(b"/fuse")):
                 found.append(int(entry))
     return found
 

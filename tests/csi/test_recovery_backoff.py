@@ -6,6 +6,7 @@ import pathlib
 from typing import Any
 
 from curvine_py.core.errors import Unavailable
+from curvine_py.csi.layout import VolumeMounts
 from curvine_py.csi.locks import KeyedLocks
 from curvine_py.csi.nodestate import NodeState, StagedVolume
 from curvine_py.csi.paths import PathPolicy
@@ -32,6 +33,19 @@ class FailingMounts:
         return 42, 1
 
 
+class NoLayout:
+    """Stands in for Layout: no real mounts (the pacing is what is tested)."""
+
+    def __init__(self, directory: pathlib.Path) -> None:
+        self.dir = str(directory)
+
+    def of(self, volume_id: str) -> VolumeMounts:
+        return VolumeMounts(*[self.dir] * 5)
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *_, **__: self.dir
+
+
 def test_failed_remounts_back_off_and_success_resets(tmp_path: pathlib.Path) -> None:
     state = NodeState(str(tmp_path), PathPolicy([str(tmp_path)]))
     staging = tmp_path / "staging"
@@ -39,7 +53,8 @@ def test_failed_remounts_back_off_and_success_resets(tmp_path: pathlib.Path) -> 
     state.save(StagedVolume("cv-" + "0" * 32, "/volumes/v", str(staging), False, (), 7, 7))
     now = [100.0]
     mounts = FailingMounts()
-    recovery = Recovery(state, mounts, KeyedLocks(), interval_s=1.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    recovery = Recovery(state, mounts, KeyedLocks(), NoLayout(tmp_path), interval_s=1.0,  # type: ignore[arg-type]
+                         clock=lambda: now[0])  # type: ignore[arg-type]
 
     def sweep_at(t: float) -> int:
         now[0] = 100.0 + t
