@@ -19,6 +19,7 @@ import argparse
 import json
 import pathlib
 import sys
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -54,10 +55,20 @@ def _spread(samples: Sequence[float] | None, median: float) -> tuple[float, floa
 
 
 def _line(ax: Axes, xs: Sequence[float], medians: Sequence[float],
-          samples: Sequence[Sequence[float] | None], label: str, **style: Any) -> None:
+          samples: Sequence[Sequence[float] | None], label: str, **style: Any) -> float:
+    """Draws one series with its min..max bars; returns the highest point drawn (a bar's top), for
+    a y limit that shows every series whole."""
     spreads = [_spread(s, m) for s, m in zip(samples, medians, strict=True)]
     ax.errorbar(xs, medians, yerr=([lo for lo, _ in spreads], [hi for _, hi in spreads]), label=label,
                 marker="o", capsize=3, **style)
+    return max((m + hi for m, (_, hi) in zip(medians, spreads, strict=True)), default=0.0)
+
+
+LEGEND_WIDTH = 46   # characters per legend line: a long baseline name wraps, never cut
+
+
+def _legend_label(text: str) -> str:
+    return textwrap.fill(text, LEGEND_WIDTH)
 
 
 def _bars(ax: Axes, groups: Sequence[str], series: Mapping[str, Sequence[float]],
@@ -79,7 +90,7 @@ def plot_kv(data: dict[str, Any]) -> list[Plot]:
     rows = sorted(data["results"], key=lambda r: r["size_mib"])
     sizes = [r["size_mib"] for r in rows]
     labels = data.get("parameters", {}).get("baselines", {})
-    fig, (get_ax, put_ax) = _figure(2)
+    fig, (get_ax, put_ax) = _figure(2, height=5.4)
     for ax, ops, title in ((get_ax, ("get", "get_local"), "KV get"), (put_ax, ("put",), "KV put")):
         names = {"get": "KV get (TCP)", "get_local": "KV short-circuit get", "put": "KV put (TCP)"}
         for op in ops:
@@ -88,14 +99,15 @@ def plot_kv(data: dict[str, Any]) -> list[Plot]:
         for key in rows[0][ops[0]]["vs"]:
             medians = [r[ops[0]]["vs"][key]["baseline_median"] for r in rows]
             _line(ax, sizes, medians, [r[ops[0]]["vs"][key].get("baseline") for r in rows],
-                  str(labels.get(key, f"raw pair ({key})")).split(" (")[0][:64], linestyle="--")
+                  _legend_label(str(labels.get(key, f"raw pair ({key})")).split(" (")[0]), linestyle="--")
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(s) for s in sizes])
         ax.set_xlabel("object size (MiB)")
         ax.set_ylabel("GB/s (1e9 bytes/s), median, bars min..max")
         ax.set_title(f"{title}: throughput by object size")
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize=7)
+        # Below the panel, outside the data: every entry whole, none over a series.
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     return [("throughput", fig)]
 
 
@@ -155,7 +167,8 @@ def plot_meta(data: dict[str, Any]) -> list[Plot]:
     engines = [(r[0].get("engine", "sqlite"), r) for r in (data["results"], data.get("postgresql") or []) if r]
     threads = sorted(engines[0][1][0]["concurrency"], key=int)
     fig = Figure(figsize=(6.0 * len(threads), 4.2 * len(engines)), dpi=DPI, layout="constrained")
-    axes = []
+    axes: list[Axes] = []
+    top = 0.0
     for row, (engine, results) in enumerate(engines):
         rows = sorted(results, key=lambda r: r["files"])
         files = [r["files"] for r in rows]
@@ -166,20 +179,25 @@ def plot_meta(data: dict[str, Any]) -> list[Plot]:
             ax.grid(True, alpha=0.3)
             for op in META_OPS:
                 runs = [r["concurrency"][t][op] for r in rows]
-                _line(ax, files, [x["subject_median"] for x in runs], [x.get("subject") for x in runs], op)
+                top = max(top, _line(ax, files, [x["subject_median"] for x in runs],
+                                     [x.get("subject") for x in runs], op))
             # Each op's floor was measured just before it: one line through their medians, bars over all.
             floors = [[r["concurrency"][t][op] for op in META_OPS] for r in rows]
-            _line(ax, files, [median(x["baseline_median"] for x in f) for f in floors],
-                  [[v for x in f for v in x.get("baseline", ())] for f in floors],
-                  "RPC floor (GetMembership)", linestyle="--", color="black")
+            top = max(top, _line(ax, files, [median(x["baseline_median"] for x in f) for f in floors],
+                                 [[v for x in f for v in x.get("baseline", ())] for f in floors],
+                                 "RPC floor (GetMembership)", linestyle="--", color="black"))
             ax.set_xscale("log")
             ax.set_xticks(files, [f"{f:,}" for f in files])
             ax.set_xlabel("existing files")
             ax.set_ylabel("ops/s, median, bars min..max")
             name = "PostgreSQL" if engine == "postgresql" else "SQLite"
             ax.set_title(f"{name}: master metadata ops/s by file count, {t} client thread{'s' if t != '1' else ''}")
-            ax.set_ylim(bottom=0)
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, ncol=2, loc="upper right")
+    # One scale for every panel, set once all are drawn: the shared axis took its limits from the
+    # first panels' data and cut the 8-thread series off at ~1,280 ops/s. The headroom above the
+    # highest bar holds the legend.
+    for ax in axes:
+        ax.set_ylim(0, top * 1.35 if top else 1.0)
     return [("ops", fig)]
 
 
