@@ -139,6 +139,14 @@ def advertised_host(host: str) -> str:
         return socket.gethostname()
 
 
+def listen_host(host: str) -> str:
+    """What a ready line shows of a listen address: a wildcard as the wildcard (every address, not
+    the one address the host name resolves to)."""
+    if host in ("", "0.0.0.0"):
+        return "0.0.0.0"
+    return "[::]" if host == "::" else host
+
+
 def start_lm_server(cfg: WorkerConfig, node: str, teardown: contextlib.ExitStack, limits: ServerLimits,
                     gate: ConnectionGate, metrics: WorkerMetrics) -> int:
     """The LMCache `lm://` port: a KV client of this cluster (routing each key to its owner, this
@@ -243,7 +251,7 @@ def main(argv: list[str]) -> int:
             if stop.is_set():
                 log.info("stopped before registering with the master")
                 return 0
-            lm = f" lm={advertised_host(cfg.lm_host)}:{lm_port}" if lm_port else ""
+            lm = f" lm={listen_host(cfg.lm_host)}:{lm_port}" if lm_port else ""
             lm += ready_field("metrics", cfg.host, metrics_port)
             print(f"worker={host}:{port} id={worker_id}{lm}", flush=True)
             while not stop.wait(1.0):
