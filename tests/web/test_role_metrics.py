@@ -25,7 +25,8 @@ def scrape(endpoint: str) -> Samples:
         text = reply.read().decode()
     samples: Samples = {}
     for family in text_string_to_metric_families(text):
-        assert family.name.startswith("curvine_"), family.name
+        # Ours, and prometheus-client's process collector (named as every exporter's).
+        assert family.name.startswith(("curvine_", "process_")), family.name
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return samples
