@@ -41,7 +41,8 @@ def entries(lock: pathlib.Path) -> list[str]:
 
 
 def test_the_locks_exist() -> None:
-    assert {p.name for p in LOCK_FILES} == {"full.txt", "dev.txt", "base.txt", "build.txt", "lmcache-nodeps.txt"}
+    assert {p.name for p in LOCK_FILES} == {"full.txt", "dev.txt", "base.txt", "build.txt", "lmcache-nodeps.txt",
+                                            "lmcache-next.txt"}
 
 
 @pytest.mark.parametrize("lock", LOCK_FILES, ids=lambda p: p.name)
@@ -80,7 +81,7 @@ def test_the_locks_meet_every_range_pyproject_declares() -> None:
     base, dev = lockcheck.pins(LOCKS / "base.txt"), lockcheck.pins(LOCKS / "dev.txt")
     for spec in project["dependencies"]:
         locked_version_of(Requirement(spec), base)
-    for extra in ("test", "bench"):
+    for extra in ("test", "bench", "router"):
         for spec in project["optional-dependencies"][extra]:
             locked_version_of(Requirement(spec), dev)
     build = lockcheck.pins(LOCKS / "build.txt")
@@ -95,6 +96,7 @@ def test_the_lmcache_lock_meets_lmcache_in() -> None:
         if spec:
             locked_version_of(Requirement(spec), full)
     assert list(lockcheck.pins(LOCKS / "lmcache-nodeps.txt")) == ["lmcache"]
+    assert list(lockcheck.pins(LOCKS / "lmcache-next.txt")) == ["lmcache"]     # laid over .venv, never in it
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
