@@ -22,4 +22,6 @@ class DriverSettings:
     max_volumes: int = 0
     mount_args: tuple[str, ...] = ()
     path_roots: tuple[str, ...] = ("/var/lib/kubelet",)   # staging and target paths must lie below one
+    mount_cgroup: str = ""                 # a cgroup the mounts are moved to ("": they stay in the plugin's)
+    cgroup_root: str = "/sys/fs/cgroup"
     recovery_interval_s: float = 1.0     # how often dead mounts are looked for (the issue asks: noticed within 2 s)

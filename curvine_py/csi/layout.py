@@ -78,6 +78,23 @@ class Layout:
         bindmounts.detach_all(mounts.fuse)
         return mounts.fuse
 
+    def ensure_carriers(self, volume_id: str, staging: str) -> None:
+        """Remakes the carriers from the (healthy) staging path when they are missing: a restarted
+        plugin container has a new mount namespace, where only the kubelet dir's mounts (staging,
+        targets: Bidirectional) were kept, not those under the state dir."""
+        mounts = self.of(volume_id)
+        if not is_mounted(mounts.ro_shared):
+            bindmounts.bind(staging, mounts.scratch, read_only=True)
+            try:
+                bindmounts.bind(mounts.scratch, mounts.ro_shared, read_only=True)
+            finally:
+                bindmounts.detach(mounts.scratch)
+            bindmounts.set_propagation(mounts.ro_shared, MS_SHARED)
+        for carrier, source in ((mounts.rw, staging), (mounts.ro, mounts.ro_shared)):
+            if not is_mounted(carrier) or bindmounts.broken(carrier):
+                bindmounts.bind(source, carrier, read_only=carrier == mounts.ro)
+                bindmounts.set_propagation(carrier, MS_SLAVE)
+
     def attach(self, volume_id: str, staging: str) -> None:
         """Once a (new) FUSE mount serves `fuse`: stacks it on the staging path and the read-only
         source (propagation takes it on to the carriers, targets and rslave containers), and makes
@@ -93,10 +110,7 @@ class Layout:
         finally:
             bindmounts.detach(mounts.scratch)
         bindmounts.set_propagation(mounts.ro_shared, MS_SHARED)
-        for carrier, source in ((mounts.rw, staging), (mounts.ro, mounts.ro_shared)):
-            if not is_mounted(carrier) or bindmounts.broken(carrier):
-                bindmounts.bind(source, carrier, read_only=carrier == mounts.ro)
-                bindmounts.set_propagation(carrier, MS_SLAVE)
+        self.ensure_carriers(volume_id, staging)
 
     def publish(self, volume_id: str, target: str, *, read_only: bool) -> None:
         """Binds (or stacks, on a dead target) the volume on `target`."""

@@ -46,6 +46,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--path-root", action="append", default=[],
                    help="staging and target paths must lie below this dir (repeatable; node; default "
                         "/var/lib/kubelet): any other path is INVALID_ARGUMENT")
+    p.add_argument("--mount-cgroup", default="",
+                   help="move every mount process into this cgroup (a name below --cgroup-root), out of the "
+                        "plugin container's, so a restart or upgrade of the plugin container leaves the mounts "
+                        "serving (node; needs hostPID and the host's cgroup fs)")
+    p.add_argument("--cgroup-root", default="/sys/fs/cgroup", help="the host's cgroup file system (node)")
     p.add_argument("--max-volumes", type=int, default=0, help="volumes per node reported to the CO (0: no limit)")
     p.add_argument("--mount-arg", action="append", default=[],
                    help="extra argument for every `curvine-py mount` (repeatable), e.g. --mount-arg=--deadline=30")
@@ -90,7 +95,8 @@ def settings_from(argv: list[str]) -> tuple[str, DriverSettings, tuple[str, str 
                               token=token, name=args.driver_name, base_path=args.base_path,
                               index_dir=args.index_dir, state_dir=args.state_dir, max_volumes=args.max_volumes,
                               mount_args=tuple(args.mount_arg), recovery_interval_s=args.recovery_interval,
-                              path_roots=tuple(args.path_root) or ("/var/lib/kubelet",))
+                              path_roots=tuple(args.path_root) or ("/var/lib/kubelet",),
+                              mount_cgroup=args.mount_cgroup, cgroup_root=args.cgroup_root)
     return args.endpoint, settings, (args.log_level, args.log_format)
 
 

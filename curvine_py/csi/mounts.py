@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 
 from curvine_py.csi.bindmounts import detach
+from curvine_py.csi.cgroups import move_out
 from curvine_py.csi.errors import internal
 from curvine_py.csi.paths import is_own_volume_id
 from curvine_py.fuse.mountpoint import is_mounted
@@ -42,7 +43,7 @@ def process_start_time(pid: int) -> int | None:
 
 class MountProcesses:
     def __init__(self, *, master: str, token: str, node_id: str, log_dir: str, extra_args: Sequence[str] = (),
-                 command: Sequence[str] | None = None) -> None:
+                 command: Sequence[str] | None = None, cgroups: Sequence[str] = ()) -> None:
         self.master = master
         self.token = token
         self.node_id = node_id
@@ -50,6 +51,7 @@ class MountProcesses:
         self.extra_args = list(extra_args)
         self.command = list(command) if command else [sys.executable, "-m", "curvine_py.cli.main", "mount"]
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self.cgroups = list(cgroups)          # where a mount is moved so it outlives the plugin's cgroup
         os.makedirs(log_dir, mode=0o700, exist_ok=True)
 
     def log_file(self, volume_id: str) -> str:
@@ -77,6 +79,11 @@ class MountProcesses:
             process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                        env=env, start_new_session=True, close_fds=True)
         self._children[process.pid] = process
+        try:
+            move_out(process.pid, self.cgroups)
+        except BaseException:
+            self.stop(process.pid, process_start_time(process.pid) or 0, staging)
+            raise
         ready = f"mounted={staging}".encode()
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:

@@ -14,6 +14,7 @@ from typing import Any
 
 from curvine_py.csi import bindmounts, volumes
 from curvine_py.csi.catalog import Catalog
+from curvine_py.csi.cgroups import cgroup_dirs
 from curvine_py.csi.driver_settings import DriverSettings
 from curvine_py.csi.layout import Layout
 from curvine_py.csi.errors import already_exists, csi_method, invalid, not_found, precondition
@@ -56,7 +57,9 @@ class Node(csi_pb2_grpc.NodeServicer):
         self.paths = PathPolicy(settings.path_roots, reserved=[settings.state_dir])
         self.state = NodeState(settings.state_dir, self.paths, MOUNT_FLAGS, VALUED_MOUNT_FLAGS)
         self.mounts = MountProcesses(master=settings.master, token=settings.token, node_id=settings.node_id,
-                                     log_dir=os.path.join(settings.state_dir, "logs"), extra_args=settings.mount_args)
+                                     log_dir=os.path.join(settings.state_dir, "logs"), extra_args=settings.mount_args,
+                                     cgroups=cgroup_dirs(settings.cgroup_root, settings.mount_cgroup)
+                                     if settings.mount_cgroup else ())
         self.locks = KeyedLocks()
         self.layout = Layout(settings.state_dir)
         self.recovery = Recovery(self.state, self.mounts, self.locks, self.layout,

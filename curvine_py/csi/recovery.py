@@ -98,9 +98,10 @@ class Recovery:
     def heal(self, staged: StagedVolume) -> StagedVolume:
         """Remounts `staged` if its mount died and repairs its targets; the caller holds its lock."""
         mounts = self.layout.of(staged.volume_id)
-        healthy = (self.mounts.alive(staged.pid, staged.pid_start) and is_mounted(mounts.fuse)
+        healthy = (self.mounts.alive(staged.pid, staged.pid_start) and is_mounted(staged.staging_path)
                    and not bindmounts.broken(staged.staging_path))
         if healthy:
+            self.layout.ensure_carriers(staged.volume_id, staged.staging_path)
             return self._repair_targets(staged)    # e.g. someone unmounted a target by hand
         log.warning("volume %s: the mount on %s died (pid %d): remounting", staged.volume_id, staged.staging_path,
                     staged.pid)
