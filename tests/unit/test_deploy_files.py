@@ -310,3 +310,69 @@ def test_examples_use_the_rwx_claim_and_the_settings_lmcache_needs() -> None:
         assert env["PYTHONHASHSEED"] == "0", name        # keys match across replicas only with one seed
     for config in (fs_config, native_config):
         assert config["remote_serde"] == "naive"
+
+
+# -- issue 23: probes, propagation, addresses, ports ---------------------------------------------
+def test_livenessprobe_sidecars_are_probed_by_their_plugin_containers() -> None:
+    """A livenessprobe sidecar is inert unless a container declares a livenessProbe on its /healthz."""
+    for kind, name in (("DaemonSet", "curvine-node"), ("Deployment", "curvine-csi-controller")):
+        spec = one(kind, name)["spec"]["template"]["spec"]
+        port = int(flag(container(spec, "liveness-probe")["args"], "--health-port"))
+        plugin = container(spec, "csi-plugin")
+        probe = plugin["livenessProbe"]["httpGet"]
+        assert probe["path"] == "/healthz", name
+        named = {p["name"]: p["containerPort"] for c in spec["containers"] for p in c.get("ports", [])}
+        assert (named[probe["port"]] if isinstance(probe["port"], str) else probe["port"]) == port, name
+
+
+def test_every_probe_names_a_port_its_pod_declares() -> None:
+    for where, spec in pod_specs():
+        ports = {p["name"]: p["containerPort"] for c in spec["containers"] for p in c.get("ports", []) if "name" in p}
+        for c in spec["containers"]:
+            for kind in ("livenessProbe", "readinessProbe", "startupProbe"):
+                port = c.get(kind, {}).get("httpGet", {}).get("port")
+                if isinstance(port, str):
+                    assert port in ports, (where, c["name"], kind)
+
+
+def test_node_plugin_propagation_and_mounts_that_outlive_it() -> None:
+    spec = one("DaemonSet", "curvine-node")["spec"]["template"]["spec"]
+    plugin = container(spec, "csi-plugin")
+    kubelet = [m for m in plugin["volumeMounts"] if m["mountPath"] == "/var/lib/kubelet"]
+    assert kubelet and kubelet[0]["mountPropagation"] == "Bidirectional"
+    assert spec["hostPID"] is True                     # cgroup move, and re-binds inside pods' namespaces
+    root = flag(plugin["command"], "--cgroup-root")
+    assert flag(plugin["command"], "--mount-cgroup")
+    assert volume_for(spec, plugin, root)["hostPath"]["path"] == "/sys/fs/cgroup"
+    assert plugin["securityContext"]["privileged"] is True
+
+
+def test_pods_of_the_examples_mount_curvine_volumes_host_to_container() -> None:
+    claims = {d["metadata"]["name"] for d in of_kind("PersistentVolumeClaim")}
+    checked = 0
+    for where, spec in pod_specs():
+        pvc_volumes = {v["name"] for v in spec.get("volumes", [])
+                       if v.get("persistentVolumeClaim", {}).get("claimName") in claims}
+        for c in spec["containers"]:
+            for m in c.get("volumeMounts", []):
+                if m["name"] in pvc_volumes:
+                    assert m.get("mountPropagation") == "HostToContainer", (where, c["name"], m["name"])
+                    checked += 1
+    assert checked >= 1
+
+
+def test_workers_on_host_network_advertise_the_pod_ip_and_expose_metrics() -> None:
+    template = one("DaemonSet", "curvine-node")["spec"]["template"]
+    spec = template["spec"]
+    worker = container(spec, "worker")
+    assert spec["hostNetwork"] is True
+    host = flag(worker["command"], "--host")
+    assert host == "$(POD_IP)"                       # not 0.0.0.0: that advertises gethostbyname(hostname)
+    env = {e["name"]: e for e in worker["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    ports = {p["name"]: p["containerPort"] for p in worker["ports"]}
+    assert ports["data"] == int(flag(worker["command"], "--port"))
+    assert ports["metrics"] == int(flag(worker["command"], "--metrics-port"))
+    annotations = template["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert int(annotations["prometheus.io/port"]) == ports["metrics"]
