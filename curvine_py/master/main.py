@@ -24,9 +24,10 @@ from curvine_py.core.errors import CurvineError, NotLeader, Unavailable
 from curvine_py.master.engine import open as engine
 from curvine_py.master.engine.url import SQLITE, MetaURL, parse_meta_url
 from curvine_py.master.follower import LeaderHint, build_follower_server
+from curvine_py.master.leaderlease import Lease, LeaseKeeper
 from curvine_py.master.leases import DirLeases
 from curvine_py.master.membership import Membership
-from curvine_py.master.namespace import MIN_BLOCK_SIZE
+from curvine_py.master.namespace import MIN_BLOCK_SIZE, Namespace
 from curvine_py.master.repair import BlockCopier, Repairer
 from curvine_py.master.service import MasterService, add_port, build_server, server_options
 from curvine_py.master.sessions import Sessions
@@ -54,6 +55,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--advertise", help="HOST:PORT other masters send clients to while this one leads "
                                        "(PostgreSQL standby masters; default: --host and the bound port)")
     p.add_argument("--port", type=int, help="gRPC port (0 = any free port; default 8995)")
+    p.add_argument("--leader-lease-ms", type=int,
+                   help="PostgreSQL: a leader that has not renewed its lease this long is replaced by a "
+                        "standby and steps down (default 3000)")
     p.add_argument("--token", help="shared secret required from every client and worker")
     config.add_token_file_option(p)
     add_tls_options(p)
@@ -86,7 +90,7 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
         "token_file": args.token_file, "tls_cert": args.tls_cert, "tls_key": args.tls_key, "tls_ca": args.tls_ca,
         "insecure": args.insecure, "lease_ms": args.lease_ms, "heartbeat_interval_ms": args.heartbeat_ms,
         "dir_lease_ms": args.dir_lease_ms, "unlink_grace_ms": args.unlink_grace_ms,
-        "session_timeout_ms": args.session_timeout_ms,
+        "session_timeout_ms": args.session_timeout_ms, "leader_lease_ms": args.leader_lease_ms,
         "metrics_port": args.metrics_port, "status_port": args.status_port,
         "block_size": config.parse_size(args.block_size) if args.block_size else None,
         "repair_rate": config.parse_size(args.repair_rate) if args.repair_rate else None,
@@ -102,6 +106,8 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
         raise CurvineError("the repair rate cannot be negative")
     if cfg.session_timeout_ms <= 0:
         raise CurvineError("the session timeout must be positive")
+    if cfg.leader_lease_ms < 300:
+        raise CurvineError("the leader lease must be at least 300 ms")
     if not 0 <= cfg.port < 65536:
         raise CurvineError(f"bad port {cfg.port}")
     if cfg.advertise and "," in cfg.advertise:
@@ -117,8 +123,6 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
 def meta_url(args: argparse.Namespace, cfg: config.MasterConfig) -> MetaURL:
     """The engine --meta names (default: SQLite under the data dir); refused before anything starts
     when malformed or not runnable here."""
-    if args.meta:
-        config.warn_password_in_url_flag(args.meta)
     if args.meta:
         config.warn_password_in_url_flag(args.meta)
     url = (parse_meta_url(args.meta, password_file=args.meta_password_file or "") if args.meta
@@ -165,6 +169,18 @@ def listen(server: grpc.Server, host: str, port: int, cfg: config.MasterConfig) 
     return bound
 
 
+def start_lease_keeper(ns: Namespace, store: StoreThread, stop: threading.Event) -> threading.Thread | None:
+    """PostgreSQL: the thread that renews the leader lease through the store thread and makes the
+    master step down once it ran out (master/leaderlease.py)."""
+    pg = ns.engine
+    if pg is None or not pg.keeps_lease:
+        return None
+    keeper = LeaseKeeper(pg.lease, lambda: store.call(ns.renew_leader_lease), pg.fence)
+    thread = threading.Thread(target=keeper.run, args=(stop,), name="master-leader-lease", daemon=True)
+    thread.start()
+    return thread
+
+
 def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
     data_dir = os.path.abspath(cfg.data_dir)
     os.makedirs(data_dir, exist_ok=True)
@@ -191,7 +207,9 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
             follower.start()
             advertise = advertised_address(cfg.host, listen_port, cfg.advertise)
             standby_line = f"standby={format_address(cfg.host, listen_port)}"
-            leading = wait_for_leadership(lambda: engine.open_namespace(url, advertise=advertise, **options),
+            lease = Lease(cfg.leader_lease_ms / 1000)
+            leading = wait_for_leadership(lambda: engine.open_namespace(url, advertise=advertise, lease=lease,
+                                                                        **options),
                                           hint, stop, on_standby=lambda: print(standby_line, flush=True))
             if leading is None:
                 follower.stop(0)
@@ -202,6 +220,7 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
         store = StoreThread(ns)
         store.start()
         stack.callback(store.stop)
+        keeper = start_lease_keeper(ns, store, stop)
         # A predecessor that granted directory leases: its holders may use them for one more term.
         leases = DirLeases(cfg.dir_lease_ms / 1000, grace_s=ns.lease_marker() / 1000)
         repairer = Repairer(ns, store, membership, BlockCopier(cfg.token, tls=tls_files(cfg)), rate=cfg.repair_rate)
@@ -268,6 +287,8 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
         maintenance.join()
         if repairs.is_alive():
             repairs.join()
+        if keeper is not None:
+            keeper.join()
         if failure and isinstance(failure[0], NotLeader):
             log.error("lost the leadership: exiting (its supervisor starts it again as a standby)")
             return EXIT_LOST_LEADERSHIP

@@ -15,6 +15,7 @@ from typing import Any
 
 from curvine_py.core.errors import CurvineError
 from curvine_py.master.engine.url import SQLITE, MetaURL, sqlite_url
+from curvine_py.master.leaderlease import Lease
 from curvine_py.master.namespace import Namespace
 
 DB_FILE = "meta.db"
@@ -30,13 +31,14 @@ def require_supported(url: MetaURL) -> None:
     """Both engines run in this build (kept for the callers that check before anything starts)."""
 
 
-def open_namespace(url: MetaURL, *, advertise: str = "", **options: Any) -> Namespace:
+def open_namespace(url: MetaURL, *, advertise: str = "", lease: Lease | None = None, **options: Any) -> Namespace:
     """The store on the engine `url` names, led by this process (Namespace's keyword options pass
     through). PostgreSQL: NotLeader when another master leads the database; `advertise` is the
-    address written for the others to find (also later: Namespace.set_leader_address)."""
+    address written for the others to find (also later: Namespace.set_leader_address); `lease`: the
+    master's leader lease (master/leaderlease.py; None for a `meta load`)."""
     if url.engine != SQLITE:
         from curvine_py.master.store.pgengine import open_engine
-        ns: Namespace = open_engine(url, advertise=advertise, **options)
+        ns: Namespace = open_engine(url, advertise=advertise, lease=lease, **options)
         return ns
     os.makedirs(os.path.dirname(url.path), exist_ok=True)
     return Namespace(url.path, **options)

@@ -224,12 +224,15 @@ class Database:
         """BEGIN IMMEDIATE .. COMMIT, rolled back on any exception (a transaction or a batch);
         `single`: it holds one operation at most; `then`: see batch()."""
         if self.engine is not None:
+            self.engine.check_lease()     # a leader whose lease ran out writes nothing (leaderlease.py)
             self._db.then = then          # PgWriter: the COMMIT may stay in flight, `then` hears of it
         self._db.execute("BEGIN IMMEDIATE")
         if self.engine is not None:
             self._db.single = single
         try:
             yield
+            if self.engine is not None:
+                self.engine.check_lease()  # ... nor sends a COMMIT after it ran out
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
@@ -256,6 +259,17 @@ class Database:
         """The address this master serves on, for the masters that find it leading (NotLeader)."""
         with self.transaction():
             self._set_meta("leader_address", address)
+
+    def renew_leader_lease(self) -> None:
+        """PostgreSQL: extends this master's leader lease, in its own term only (pgengine.py,
+        master/leaderlease.py); NotLeader when the term in the database is another master's."""
+        if self.engine is None:
+            raise CurvineError("only a PostgreSQL master keeps a leader lease")
+        sql, params = self.engine.renewal()
+        with self.transaction():
+            renewed = self._db.execute(sql, params).rowcount
+        if renewed != 1:
+            raise self.engine.fence("the leader term in the database is not this master's")
 
     @property
     def cluster_id(self) -> str:
