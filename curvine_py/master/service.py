@@ -469,9 +469,14 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 log.info("gave up %d blocks allocated but never committed", dropped)
 
 def server_options() -> list[tuple[str, int]]:
+    # The callers' keepalive pings (rpc/channel.py, every second, also without calls) are allowed:
+    # gRPC's default would answer them with GOAWAY "too many pings".
     return [("grpc.max_send_message_length", MAX_MESSAGE),
             ("grpc.max_receive_message_length", MAX_MESSAGE),
-            ("grpc.so_reuseport", 0)]
+            ("grpc.so_reuseport", 0),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 500),
+            ("grpc.http2.max_ping_strikes", 0)]
 
 
 def build_server(service: MasterService, token: str, *, threads: int = HANDLER_THREADS,

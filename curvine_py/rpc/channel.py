@@ -1,6 +1,7 @@
 """The one way a process opens a gRPC channel to the master: message limits and reconnect settings
 in one place (a master restart must be noticed within about a second by clients, workers and
-mounts alike, instead of gRPC's default backoff of up to 120 s).
+mounts alike, instead of gRPC's default backoff of up to 120 s; a master that hangs within about
+two, by keepalive pings).
 
 `--master` may name several masters (`a:8995,b:8995`, config.parse_master_list): the channel is
 then a LeaderChannel (rpc/leader.py) that sends each call to the one that leads and follows the
@@ -21,6 +22,14 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # A master that stops answering (SIGSTOP, a wedged process, a cut link) is noticed within
+    # KEEPALIVE_MS + KEEPALIVE_TIMEOUT_MS: the connection is closed and the channel leaves READY,
+    # so a list of masters moves on (rpc/leader.py). The master permits pings this often
+    # (master/service.py server_options).
+    ("grpc.keepalive_time_ms", 1000),
+    ("grpc.keepalive_timeout_ms", 1000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
 )
 
 # What MasterStub is built on: it only calls `unary_unary`; its owners call `close`.

@@ -23,6 +23,15 @@ What a call through this channel does:
   (master calls carry no request ids, so a create or rename could run twice); it may or may not have
   been executed. The next call looks for the leader again.
 The leader found is remembered for later calls, by every thread sharing the channel.
+
+A leader that stops answering (issue 24: SIGSTOPped, wedged, cut off) must not keep every caller
+pinned to it. Master channels send gRPC keepalive pings (rpc/channel.py), so a silent leader's
+connection is closed within about two seconds and the channel leaves READY. And a call that ended
+with DEADLINE_EXCEEDED, or with UNAVAILABLE lost mid-call, makes its address suspect: the next call
+first asks the other addresses who leads (PROBE_METHOD, a read-only call, within PROBE_S and half
+what is left of its deadline) and goes to one that answers as the leader, or that a follower names
+instead of the suspect. When the others still name the suspect (its lease has not run out yet), the
+call goes there as before.
 """
 from __future__ import annotations
 
@@ -50,6 +59,9 @@ CLOSE_DELAY_S = 1.0                   # see _Target.close
 MIN_ATTEMPT_S = 0.02                  # after a failure, a retry with less time left would only time out
 # gRPC's words for a call that failed before any connection took it: it was never sent.
 _NOT_SENT = "failed to connect to all addresses"
+PROBE_METHOD = "/curvine.v1.Master/GetMembership"   # read-only, answered by the leader from memory
+PROBE_S = 1.0
+_SUSPECT = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
 
 _READY = grpc.ChannelConnectivity.READY
 _SETTLED = (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.TRANSIENT_FAILURE,
@@ -88,6 +100,11 @@ def leader_hint(exc: grpc.RpcError) -> str | None:
             value = item.value
             return (value.decode(errors="replace") if isinstance(value, bytes) else str(value)).strip()
     return None
+
+
+def _has_errno(exc: grpc.RpcError) -> bool:
+    """The master's own error (it answered), not the transport's."""
+    return any(item.key == ERRNO_METADATA for item in exc.trailing_metadata() or ())
 
 
 def _not_sent(exc: grpc.RpcError) -> bool:
@@ -130,6 +147,14 @@ class _Target:
             self._calls[call.method] = found
         return found
 
+    def probe(self) -> _MultiCallable:
+        """PROBE_METHOD on this address, raw bytes in and out (an empty message is a valid request)."""
+        found = self._calls.get(" probe")    # its own key: the method's typed call is cached too
+        if found is None:
+            found = self.channel.unary_unary(PROBE_METHOD)
+            self._calls[" probe"] = found
+        return found
+
     def close(self) -> None:
         """Unsubscribes now, closes the channel CLOSE_DELAY_S later: gRPC's thread that polls the
         connectivity for subscribers may be about to look at the channel once more (a round is up to
@@ -161,6 +186,7 @@ class LeaderChannel:
         self._targets = {address: _Target(address, open_channel(address), self._changed)
                          for address in self.addresses}
         self._leader = self.addresses[0]
+        self._suspect = ""                # an address whose last call timed out or was cut off
 
     @property
     def leader(self) -> str:
@@ -183,6 +209,8 @@ class LeaderChannel:
                options: dict[str, Any]) -> tuple[Any, grpc.Call]:
         deadline = None if timeout is None else self._clock() + timeout
         address = self._leader
+        if address == self._suspect and len(self._order) > 1:
+            address = self._probe(address, deadline, options)
         tried: set[str] = set()
         backoff, rounds, failures, last = BACKOFF_START_S, 0, 0, "nothing tried"
         while True:
@@ -210,6 +238,8 @@ class LeaderChannel:
             except grpc.RpcError as exc:
                 hint = leader_hint(exc)
                 if hint is None and not _not_sent(exc):
+                    if exc.code() in _SUSPECT and not _has_errno(exc):
+                        self._suspect = address   # silent or cut off: the next call asks the others first
                     raise                  # the call's own answer, or lost mid-call: see the module doc
                 last, failures = f"{address}: {exc.details()}", failures + 1
                 address = self._follow(address, hint)
@@ -217,7 +247,38 @@ class LeaderChannel:
             if address != self._leader:
                 log.info("master leader is now %s (was %s)", address, self._leader)
                 self._leader = address
+            if self._suspect == address:
+                self._suspect = ""
             return response, rpc_call
+
+    def _probe(self, suspect: str, deadline: float | None, options: dict[str, Any]) -> str:
+        """Where a call goes when the remembered leader is suspect: another address that answers
+        the probe as the leader, or the one a follower names instead of the suspect; else the suspect."""
+        budget = PROBE_S if deadline is None else min(PROBE_S, (deadline - self._clock()) / 2)
+        end = self._clock() + budget
+        with self._changed:
+            others = [address for address in self._order if address != suspect]
+        for other in others:
+            left = end - self._clock()
+            if left < MIN_ATTEMPT_S:
+                break
+            target = self._target(other)
+            if target is None or not self._connected(target, left):
+                continue
+            try:
+                target.probe()(b"", timeout=max(end - self._clock(), MIN_ATTEMPT_S),
+                               metadata=options.get("metadata"), credentials=options.get("credentials"))
+            except grpc.RpcError as exc:
+                hint = leader_hint(exc)
+                if hint:
+                    hinted = self._follow(other, hint)
+                    if hinted not in (suspect, self._next(other)):
+                        log.info("master %s is silent; %s names %s as the leader", suspect, other, hinted)
+                        return hinted
+                continue
+            log.info("master %s is silent; %s answers as the leader", suspect, other)
+            return other
+        return suspect
 
     def _no_leader(self, timeout: float | None, last: str) -> str:
         within = "" if timeout is None else f" within {timeout:g} s"

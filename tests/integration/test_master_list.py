@@ -31,7 +31,7 @@ from curvine_py.proto.csi.v1 import csi_pb2 as csi
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.master_pb2_grpc import MasterStub
 from curvine_py.rpc.channel import one_channel
-from curvine_py.rpc.leader import LeaderChannel
+from curvine_py.rpc.leader import PROBE_METHOD, LeaderChannel
 from tests.csi.plugin import Plugin, capability, mount_pids
 from tests.faketime import FakeTime
 from tests.fuse.mounts import Mount
@@ -245,7 +245,9 @@ def test_a_call_lost_during_the_leaders_work_is_not_sent_again() -> None:
             assert len(failure) == 1 and isinstance(failure[0], Unavailable), failure
             assert other.calls == []
             master.membership()              # the next call: the old leader is gone, the other answers
-            assert other.calls == ["/curvine.v1.Master/GetMembership"]
+            # The lost call made the old leader suspect: the next call first asked the other who
+            # leads (the probe, a GetMembership), then went there.
+            assert other.calls == [PROBE_METHOD, "/curvine.v1.Master/GetMembership"]
             assert master.leader == other.address
         finally:
             master.close()
