@@ -104,6 +104,8 @@ def do_load(args: argparse.Namespace) -> int:
     if data_dir:
         os.makedirs(data_dir, exist_ok=True)
     created = url.engine == SQLITE and not os.path.exists(url.path)
+    lock_file = os.path.join(data_dir, engine.LOCK_FILE) if data_dir else ""
+    new_lock = bool(lock_file) and not os.path.exists(lock_file)
     try:
         with _input(args.file) as source, engine.exclusive(url, data_dir):
             reader = DumpReader(source, args.file)
@@ -118,6 +120,9 @@ def do_load(args: argparse.Namespace) -> int:
             for suffix in ("", "-wal", "-shm", ".lock"):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(url.path + suffix)
+        if new_lock:  # nor the data dir's lock file this load made (the lock itself is released)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock_file)
         raise
     summary("loaded", moved, url, args.file)
     return 0

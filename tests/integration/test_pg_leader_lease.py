@@ -109,3 +109,13 @@ def test_a_wrong_password_is_an_authentication_error(tmp_path: pathlib.Path, pg:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "password authentication failed" in done.stderr and "EHOSTUNREACH" not in done.stderr, done.stderr
+
+
+def test_a_failed_meta_load_leaves_no_lock_file(tmp_path: pathlib.Path, pg: pgserver.PgServer) -> None:
+    data_dir = tmp_path / "load"
+    bad = tmp_path / "bad.dump"
+    bad.write_bytes(b"not a dump at all")
+    done = subprocess.run([*curvine_command("meta", "load"), "--data-dir", str(data_dir), "--meta",
+                           pg.url("lease_failed_load"), str(bad)], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0, done.stderr
+    assert not (data_dir / "master.lock").exists()
