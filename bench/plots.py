@@ -264,11 +264,14 @@ def plot_placement(data: dict[str, Any]) -> list[Plot]:
 def plot_failover(data: dict[str, Any]) -> list[Plot]:
     fig, (ax,) = _figure(1)
     cases = {"standby takes over": data["standby_takeover_s"], "restart by hand": data["restart_by_hand_s"]}
+    for key, label in (("standby_after_sigstop_s", "leader SIGSTOPped"), ("postgres_restart_s", "PostgreSQL restart")):
+        if key in data:
+            cases[label] = data[key]
     medians = [c["median"] for c in cases.values()]
     _bars(ax, list(cases), {"seconds": medians},
           {"seconds": [_spread(c["samples"], c["median"]) for c in cases.values()]})
     ax.axhline(data["floor_s"], linestyle="--", color="black", label="standby's lock retry period")
-    ax.set_ylabel("leader killed -> first create, s (median, bars min..max)")
+    ax.set_ylabel("event -> first create, s (median, bars min..max)")
     ax.set_title("master failover on PostgreSQL")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)

@@ -28,10 +28,10 @@ A leader that stops answering (issue 24: SIGSTOPped, wedged, cut off) must not k
 pinned to it. Master channels send gRPC keepalive pings (rpc/channel.py), so a silent leader's
 connection is closed within about two seconds and the channel leaves READY. And a call that ended
 with DEADLINE_EXCEEDED, or with UNAVAILABLE lost mid-call, makes its address suspect: the next call
-first asks the other addresses who leads (PROBE_METHOD, a read-only call, within PROBE_S and half
-what is left of its deadline) and goes to one that answers as the leader, or that a follower names
-instead of the suspect. When the others still name the suspect (its lease has not run out yet), the
-call goes there as before.
+first asks the other addresses who leads (PROBE_METHOD, a read-only call, again after a short
+pause while they still name the suspect, all within PROBE_S and half what is left of its deadline)
+and goes to one that answers as the leader, or that a follower names instead of the suspect. When
+the others name the suspect throughout (its lease has not run out), the call goes there as before.
 """
 from __future__ import annotations
 
@@ -253,9 +253,23 @@ class LeaderChannel:
 
     def _probe(self, suspect: str, deadline: float | None, options: dict[str, Any]) -> str:
         """Where a call goes when the remembered leader is suspect: another address that answers
-        the probe as the leader, or the one a follower names instead of the suspect; else the suspect."""
+        the probe as the leader, or the one a follower names instead of the suspect. While the
+        others still name the suspect (its lease has not run out yet), they are asked again after a
+        short pause, within PROBE_S and half the call's deadline; then the suspect."""
         budget = PROBE_S if deadline is None else min(PROBE_S, (deadline - self._clock()) / 2)
         end = self._clock() + budget
+        backoff = BACKOFF_START_S
+        while True:
+            found = self._probe_round(suspect, end, options)
+            if found:
+                return found
+            pause = min(backoff, end - self._clock())
+            if pause < MIN_ATTEMPT_S:
+                return suspect
+            self._sleep(pause)
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    def _probe_round(self, suspect: str, end: float, options: dict[str, Any]) -> str:
         with self._changed:
             others = [address for address in self._order if address != suspect]
         for other in others:
@@ -269,16 +283,14 @@ class LeaderChannel:
                 target.probe()(b"", timeout=max(end - self._clock(), MIN_ATTEMPT_S),
                                metadata=options.get("metadata"), credentials=options.get("credentials"))
             except grpc.RpcError as exc:
-                hint = leader_hint(exc)
-                if hint:
-                    hinted = self._follow(other, hint)
-                    if hinted not in (suspect, self._next(other)):
-                        log.info("master %s is silent; %s names %s as the leader", suspect, other, hinted)
-                        return hinted
+                hinted = self._hinted(other, leader_hint(exc))
+                if hinted and hinted != suspect:
+                    log.info("master %s is silent; %s names %s as the leader", suspect, other, hinted)
+                    return hinted
                 continue
             log.info("master %s is silent; %s answers as the leader", suspect, other)
             return other
-        return suspect
+        return ""
 
     def _no_leader(self, timeout: float | None, last: str) -> str:
         within = "" if timeout is None else f" within {timeout:g} s"
@@ -299,6 +311,10 @@ class LeaderChannel:
 
     def _follow(self, address: str, hint: str | None) -> str:
         """Where to go after `address` answered as a follower (hint) or could not be reached."""
+        return self._hinted(address, hint) or self._next(address)
+
+    def _hinted(self, address: str, hint: str | None) -> str:
+        """The address a follower's hint names, when it is one a call can go to; else ''."""
         if hint:
             try:
                 hinted = normalize_address(hint, DEFAULT_MASTER_PORT, what="leader address")
@@ -307,7 +323,7 @@ class LeaderChannel:
             else:
                 if self._target(hinted) is not None:
                     return hinted
-        return self._next(address)
+        return ""
 
     def _next(self, address: str) -> str:
         with self._changed:

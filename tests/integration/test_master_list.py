@@ -22,7 +22,7 @@ from curvine_py.client import CurvineClient
 from curvine_py.client.master import MasterClient
 from curvine_py.config import parse_master_list
 from curvine_py.core.domain import FileType, NewNode
-from curvine_py.core.errors import InvalidArgument, Unavailable
+from curvine_py.core.errors import InvalidArgument, Timeout, Unavailable
 from curvine_py.csi import main as csi_main
 from curvine_py.fuse import options as mount_options
 from curvine_py.fuse.mountpoint import is_mounted
@@ -250,6 +250,32 @@ def test_a_call_lost_during_the_leaders_work_is_not_sent_again() -> None:
             assert other.calls == [PROBE_METHOD, "/curvine.v1.Master/GetMembership"]
             assert master.leader == other.address
         finally:
+            master.close()
+
+
+def test_a_silent_leader_is_left_for_the_one_the_others_name_once_they_do() -> None:
+    """Issue 24: the leader hangs (its calls time out). The next call asks the others who leads
+    first; while the follower still names the silent leader it asks again, and it goes to the new
+    leader as soon as one is named, within the call's own deadline."""
+    hung = threading.Event()
+
+    def silent(_context: grpc.ServicerContext) -> bytes:
+        hung.wait(5)
+        return b""
+
+    with FakeMaster(silent) as leader, FakeMaster(lambda _c: b"") as new, Follower() as other:
+        other.hint = leader.address                     # the database still names the silent leader
+        master = MasterClient(f"{leader.address},{other.address}", timeout_s=1.0)
+        try:
+            with pytest.raises(Timeout):
+                master.membership()
+            threading.Timer(0.3, lambda: setattr(other, "hint", new.address)).start()   # the takeover
+            master.membership()
+            assert master.leader == new.address
+            assert new.calls == ["/curvine.v1.Master/GetMembership"]
+            assert len(leader.calls) == 1               # nothing more was sent to the silent one
+        finally:
+            hung.set()
             master.close()
 
 
