@@ -26,17 +26,18 @@ from typing import Any, TypeVar
 
 from lmcache.utils import CacheEngineKey
 from lmcache.v1.memory_management import MemoryObj
-from lmcache.v1.protocol import RemoteMetadata
 from lmcache.v1.storage_backend.connector import ConnectorAdapter, ConnectorContext
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
 from curvine_py.core.errors import CurvineError, NotFound
+from curvine_py.lmcache.compat import remote_metadata_class
 from curvine_py.lmcache.plugin_metrics import plugin_access, prefix_lookup
 from curvine_py.lmcache.settings import client_from, parallelism
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 PLUGIN = "curvine"
+RemoteMetadata = remote_metadata_class()   # lmcache.v1.protocol <= 0.5.6, lmcache.inprocess.v1.protocol after
 
 
 def plugin_params(config: Any, plugin_name: str) -> dict[str, Any]:

@@ -47,6 +47,10 @@ class CurvineNativeConnector:
         self._ids = itertools.count(1)
         self._metrics = plugin_access()
 
+    @property
+    def master(self) -> str:
+        return str(self._client.config.master)
+
     def event_fd(self) -> int:
         return self._event_fd
 

@@ -1,4 +1,4 @@
-"""One real LMCache 0.5.6 engine in its own process: the unit of every LMCache end-to-end test.
+"""One real LMCache (0.5.6 or 0.5.7rc2) engine in its own process: the unit of every LMCache end-to-end test.
 
 Run as ``python -m tests.lmcache.engine_proc '<job json>'`` (the harness does; see harness.py for
 the job fields). It builds the engine the way vLLM's adapter does on a CPU box (notes/lmcache.md
@@ -42,6 +42,8 @@ sys.stdout = sys.stderr
 
 import torch
 
+from curvine_py.lmcache.compat import check_remote_url, inprocess_module
+
 MISS_SEED_OFFSET = 1_000_003
 RESEED_STEP = 1_009
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
@@ -67,7 +69,7 @@ def make_kv(seed: int, layers: int, tokens: int, hidden: int, dtype: torch.dtype
 
 
 def _engine_classes() -> Any:
-    from lmcache.v1.gpu_connector.mock_gpu_connector import MockGPUConnector
+    MockGPUConnector = inprocess_module("gpu_connector.mock_gpu_connector").MockGPUConnector  # noqa: N806
 
     class SeededConnector(MockGPUConnector):  # type: ignore[misc]
         """MockGPUConnector that really moves bytes between the engine and two CPU buffers."""
@@ -137,14 +139,18 @@ class PutTracker:
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
     from lmcache.utils import EngineType, mock_up_broadcast_fn, mock_up_broadcast_object_fn
-    from lmcache.v1.cache_engine import LMCacheEngineBuilder
     from lmcache.v1.config import LMCacheEngineConfig
-    from lmcache.v1.gpu_connector import CreateGPUConnector
-    from lmcache.v1.gpu_connector.mock_gpu_connector import MockGPUConnector
     from lmcache.v1.metadata import LMCacheMetadata
+
+    # The in-process engine: lmcache.v1.* up to 0.5.6, lmcache.inprocess.v1.* from 0.5.7.
+    LMCacheEngineBuilder = inprocess_module("cache_engine").LMCacheEngineBuilder  # noqa: N806
+    CreateGPUConnector = inprocess_module("gpu_connector").CreateGPUConnector  # noqa: N806
+    MockGPUConnector = inprocess_module("gpu_connector.mock_gpu_connector").MockGPUConnector  # noqa: N806
 
     model = job["model"]
     config_dict: dict[str, Any] = dict(job["config"])
+    # lm:// on LMCache >= 0.5.7: one clear error (LMCache itself would run without a remote tier).
+    check_remote_url(config_dict.get("remote_url"))
     chunk = int(config_dict.get("chunk_size", 256))
     n_tokens = int(job["tokens"])
     seed = int(job["seed"])

@@ -27,27 +27,70 @@ LMCACHE_CLI = ([PYTHON, str(_CLI_SCRIPT)] if _CLI_SCRIPT.exists()
 DEFAULT_TIMEOUT = 180.0
 
 
-def lmcache_available() -> bool:
-    """True when the real lmcache package (not this test package) imports."""
+def lmcache_version() -> str | None:
+    """The version of the real lmcache package that imports ('0.5.6', '0.5.7rc2'; from an overlay
+    directory on PYTHONPATH too, scripts/test-lmcache-next.sh), None when it does not import."""
     try:
         import lmcache
+
+        from curvine_py.lmcache.compat import lmcache_version_string
     except Exception:  # noqa: BLE001 - a broken install (missing dep, bad .so) counts as absent
-        return False
-    return "site-packages" in (getattr(lmcache, "__file__", "") or "")
+        return None
+    where = pathlib.Path(getattr(lmcache, "__file__", None) or "/").resolve()
+    if where.is_relative_to(REPO_ROOT / "tests"):   # a package of our own shadowing it
+        return None
+    try:
+        return lmcache_version_string()
+    except Exception:  # noqa: BLE001 - no _version module: not a real LMCache install
+        return None
+
+
+def lmcache_available() -> bool:
+    """True when the real lmcache package (not this test package) imports."""
+    return lmcache_version() is not None
+
+
+def has_lm_protocol() -> bool:
+    """The installed LMCache still has its lm:// client and server (<= 0.5.6)."""
+    from curvine_py.lmcache.compat import has_lm_protocol as has
+
+    return lmcache_available() and has()
+
+
+def require_lm_protocol() -> None:
+    """Skips a test that needs LMCache's own lm:// client or server on LMCache >= 0.5.7, which
+    removed both; the worker's lm:// port itself is tested with 0.5.6 (the locked default)."""
+    import pytest
+
+    if not has_lm_protocol():
+        pytest.skip(f"LMCache {lmcache_version()} has no lm:// client/server (removed in 0.5.7): "
+                    "lm:// is tested with LMCache <= 0.5.6")
 
 
 def require_lmcache() -> None:
     """Module-level guard of every tests/lmcache module: skip when lmcache is not installed,
-    unless CURVINE_REQUIRE_LMCACHE is set (CI): then a missing install fails collection loudly."""
+    unless CURVINE_REQUIRE_LMCACHE is set (CI): then a missing install fails collection loudly.
+    A value other than 1 is the version that must import (scripts/test-lmcache-next.sh sets it)."""
     import pytest
 
-    if lmcache_available():
+    wanted = os.environ.get("CURVINE_REQUIRE_LMCACHE", "")
+    found = lmcache_version()
+    if found is not None:
+        if wanted not in ("", "1") and found != wanted:
+            pytest.fail(f"CURVINE_REQUIRE_LMCACHE={wanted} but lmcache {found} imports", pytrace=False)
         return
-    if os.environ.get("CURVINE_REQUIRE_LMCACHE"):
+    if wanted:
         pytest.fail("CURVINE_REQUIRE_LMCACHE is set but `import lmcache` fails: run "
                     "CURVINE_WITH_LMCACHE=1 scripts/setup.sh", pytrace=False)
     pytest.skip("lmcache is not installed (CURVINE_WITH_LMCACHE=1 scripts/setup.sh)",
                 allow_module_level=True)
+
+
+def basic_check_module() -> str:
+    """`python -m` name of LMCache's basic_check (moved under lmcache.inprocess in 0.5.7)."""
+    from curvine_py.lmcache.compat import inprocess_module_name
+
+    return inprocess_module_name("basic_check")
 
 
 def lmcache_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

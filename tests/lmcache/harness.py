@@ -52,10 +52,14 @@ from tests.lmcache.engines import (
     EngineResult,
     Model,
     _tail,
+    basic_check_module,
     engine_config,
     free_port,
+    has_lm_protocol,
     lmcache_available,
     lmcache_env,
+    lmcache_version,
+    require_lm_protocol,
     require_lmcache,
     run_engine,
     store_and_retrieve,
@@ -160,7 +164,8 @@ class TcpServer(Background):
 class StockLMServer(TcpServer):
     """LMCache's own `lm://` server: `python -m lmcache.v1.server HOST PORT cpu` (in-memory, no
     eviction). The ready probe is a TCP connect: the server handles each connection in a thread
-    and simply sees a client that disconnects."""
+    and simply sees a client that disconnects. LMCache <= 0.5.6 only (0.5.7 removed it): a test
+    using it calls require_lm_protocol() first; start() on a newer LMCache raises the clear error."""
 
     name = "lmserver"
 
@@ -169,6 +174,9 @@ class StockLMServer(TcpServer):
         return f"lm://{self.host}:{self.port}"
 
     def argv(self) -> list[str]:
+        if not has_lm_protocol():
+            from curvine_py.lmcache.compat import lm_protocol_error
+            raise lm_protocol_error(lmcache_version())
         return [PYTHON, "-m", "lmcache.v1.server", self.host, str(self.port), "cpu"]
 
     def wait_ready(self, deadline: float) -> None:
@@ -339,10 +347,10 @@ def _all_validations_pass(found: list[list[Any]]) -> bool:
 def run_l2_basic_check(adapter: Mapping[str, Any], *, num_keys: int = 5, prefix: Sequence[str] = (),
                        env: Mapping[str, str] | None = None,
                        timeout: float = DEFAULT_TIMEOUT) -> ToolResult:
-    """`python -m lmcache.v1.basic_check --mode test_l2_adapter`: absent lookup, store, lookup,
+    """`python -m lmcache[.inprocess].v1.basic_check --mode test_l2_adapter`: absent lookup, store, lookup,
     load + content check. It always exits 0, so `ok` comes from its 'Validation: n/n' lines
     (metrics['validations'] = [[label, passed, total], ...]); all four phases must pass."""
-    proc, wall = _run_tool([PYTHON, "-m", "lmcache.v1.basic_check", "--mode", "test_l2_adapter",
+    proc, wall = _run_tool([PYTHON, "-m", basic_check_module(), "--mode", "test_l2_adapter",
                             "--num-keys", str(num_keys), "--l2-adapter", json.dumps(dict(adapter))],
                            prefix=prefix, env=env, timeout=timeout)
     found = _validations(proc.stdout)
@@ -353,14 +361,14 @@ def run_l2_basic_check(adapter: Mapping[str, Any], *, num_keys: int = 5, prefix:
 def run_remote_basic_check(remote_url: str, *, num_keys: int = 5, prefix: Sequence[str] = (),
                            env: Mapping[str, str] | None = None,
                            timeout: float = DEFAULT_TIMEOUT) -> ToolResult:
-    """`python -m lmcache.v1.basic_check --mode test_remote` against a non-MP remote URL (config via
+    """`python -m lmcache[.inprocess].v1.basic_check --mode test_remote` against a non-MP remote URL (config via
     LMCACHE_* env, local CPU tier off): exists (absent), put, exists, get + content check.
     metrics['validations'] as in run_l2_basic_check; metrics['ms'] = {operation: avg ms} from its
     table (e.g. 'GET': 0.6)."""
     extra = {"LMCACHE_REMOTE_URL": remote_url, "LMCACHE_CHUNK_SIZE": "256",
              "LMCACHE_LOCAL_CPU": "False", "LMCACHE_MAX_LOCAL_CPU_SIZE": "1",
              "LMCACHE_REMOTE_SERDE": "naive", **(env or {})}
-    proc, wall = _run_tool([PYTHON, "-m", "lmcache.v1.basic_check", "--mode", "test_remote",
+    proc, wall = _run_tool([PYTHON, "-m", basic_check_module(), "--mode", "test_remote",
                             "--num-keys", str(num_keys)], prefix=prefix, env=extra, timeout=timeout)
     found = _validations(proc.stdout)
     timings = {m.group(1).strip(): float(m.group(2)) for m in _TABLE_ROW.finditer(proc.stdout)}
@@ -405,7 +413,8 @@ def servers(*items: Background) -> Iterator[tuple[Background, ...]]:
 
 __all__ = [
     "Background", "EngineJob", "EngineProcess", "EngineResult", "MPServer", "Model", "RedisServer", "StockLMServer",
-    "ToolResult", "engine_config", "free_port", "lmcache_available", "lmcache_env", "require_lmcache",
+    "ToolResult", "engine_config", "free_port", "has_lm_protocol", "lmcache_available", "lmcache_env",
+    "lmcache_version", "require_lm_protocol", "require_lmcache",
     "run_engine", "run_l2_basic_check", "run_l2_bench", "run_remote_basic_check", "run_server_bench", "servers",
     "store_and_retrieve",
 ]

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from curvine_py.core.domain import Policy, StorageClass
+from curvine_py.lmcache import adapters
 from tests.fuse.mounts import Mount
 from tests.lmcache.curvine_lab import (
     CHUNK,
@@ -34,7 +35,14 @@ from tests.lmcache.curvine_lab import (
     read,
     write,
 )
-from tests.lmcache.harness import EngineJob, EngineProcess, engine_config, require_lmcache
+from tests.lmcache.harness import (
+    EngineJob,
+    EngineProcess,
+    engine_config,
+    require_lmcache,
+    run_l2_basic_check,
+    run_l2_bench,
+)
 from tests.netns import requires_netns
 
 require_lmcache()
@@ -108,6 +116,22 @@ def test_removed_chunk_file_is_a_clean_miss(fs: FsLab) -> None:
     assert entries(reader, "contains")[0]["chunks"]["RemoteBackend"] == [i != gone for i in range(len(keys))]
     assert entries(reader, "lookup")[0]["hit_tokens"] == gone * CHUNK
     assert_prefix_hit(entries(reader, "retrieve")[0], gone * CHUNK)
+
+
+@pytest.mark.parametrize("kind", adapters.FS_KINDS)
+def test_mp_fs_adapter_over_the_mounts(fs: FsLab, kind: str) -> None:
+    """Multiprocess mode without curvine-py next to LMCache: LMCache's own `fs`/`fs_native` L2
+    adapter on a directory of the mount, `"shared": true` (adapters.fs). `lmcache bench l2` in
+    namespace 0 stores, loads and verifies through mount 0; its chunk files are on mount 1 too,
+    and `basic_check --mode test_l2_adapter` in namespace 1 passes through mount 1."""
+    sub = f"lmcache-mp-{kind}"
+    bench = run_l2_bench(adapters.fs(str(fs.mounts[0].path / sub), kind), num_keys=8, in_flight=2,
+                         data_size_kb=512, rounds=1, prefix=fs.lab.writer)
+    assert bench.ok, bench.describe() + "\n" + logs(fs)
+    stored = [p for p in (fs.mounts[1].path / sub).iterdir() if p.name.endswith(".data")]
+    assert len(stored) >= 8 and all(p.stat().st_size == 512 * 1024 for p in stored), stored
+    check = run_l2_basic_check(adapters.fs(str(fs.mounts[1].path / sub), kind), prefix=fs.lab.reader)
+    assert check.ok, check.describe()
 
 
 @pytest.mark.xfail(strict=False, reason=(

@@ -16,10 +16,13 @@ from tests.lmcache.harness import (
     RedisServer,
     StockLMServer,
     engine_config,
+    has_lm_protocol,
+    require_lm_protocol,
     require_lmcache,
     run_engine,
     store_and_retrieve,
 )
+from curvine_py.lmcache.compat import UnsupportedLMCache
 from tests.netns import network_namespaces, requires_netns
 
 require_lmcache()
@@ -31,6 +34,7 @@ CHUNKS = TOKENS // 256
 
 @pytest.fixture(scope="module")
 def lm_server() -> Iterator[StockLMServer]:
+    require_lm_protocol()   # LMCache 0.5.7 removed its lm:// server and client: skipped, saying so
     with StockLMServer() as server:
         yield server
 
@@ -94,8 +98,23 @@ def test_redis_round_trip() -> None:
 def test_engines_in_network_namespaces() -> None:
     """Writer and reader each in their own namespace, the server on the root-side address: the
     same wiring the cross-node tests of our own backends use."""
+    require_lm_protocol()
     with network_namespaces(2) as lab, StockLMServer(host=lab.root_address) as server:
         writer, reader = store_and_retrieve(engine_config(remote_url=server.url), tokens=TOKENS,
                                             seed=15, model=MODEL, writer_prefix=lab[0].prefix,
                                             reader_prefix=lab[1].prefix)
         assert_full_remote_round_trip(writer, reader)
+
+
+@pytest.mark.skipif(has_lm_protocol(), reason="LMCache <= 0.5.6 has lm://: the round trips above run")
+def test_lm_url_on_newer_lmcache_is_a_clear_error() -> None:
+    """LMCache 0.5.7 only logs that no adapter parses an lm:// URL and runs without a remote tier;
+    curvine_py.lmcache.compat.check_remote_url (called by the engine process before the engine is
+    built) makes it one clear error naming the ways that work, and StockLMServer refuses to start."""
+    result = run_engine(EngineJob(engine_config(remote_url="lm://127.0.0.1:9"), ["store"], TOKENS, model=MODEL),
+                        check=False)
+    assert not result.ok
+    assert "UnsupportedLMCache: lm:// needs LMCache <= 0.5.6" in result.data["error"], result.describe()
+    assert "native plugin" in result.data["error"]
+    with pytest.raises(UnsupportedLMCache, match="removed its lm:// client and server"):
+        StockLMServer().start()
