@@ -23,7 +23,6 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any, Self, TypeVar
 
-from google.protobuf.descriptor import FieldDescriptor
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
@@ -32,7 +31,6 @@ from rich.text import Text
 from curvine_py.cli.common import add_client_options, client_from, human_bytes, run_tool
 from curvine_py.client import CurvineClient
 from curvine_py.core.cluster import ClusterReport, WorkerInfo
-from curvine_py.proto.curvine.v1 import master_pb2 as mpb
 from curvine_py.rpc.convert import report_as_dict
 
 DEFAULT_WATCH_S = 2.0
@@ -180,31 +178,10 @@ def render(report: ClusterReport, now_ms: float, width: int | None = None) -> Re
     return Group(*parts)
 
 
-def _numbers(descriptor: Any, value: dict[str, Any]) -> dict[str, Any]:
-    """`value` (protobuf's JSON mapping of a message of `descriptor`) with its 64-bit integers as
-    JSON numbers: the mapping writes them as strings (for JavaScript), which every script reading
-    `report --json` had to undo (Python's json reads any integer exactly)."""
-    for field in descriptor.fields:
-        if field.json_name not in value:
-            continue
-        item = value[field.json_name]
-        items = item if field.is_repeated else [item]
-        if field.cpp_type in _INT64:
-            converted = [int(v) for v in items]
-            value[field.json_name] = converted if field.is_repeated else converted[0]
-        elif field.message_type is not None:
-            for sub in items:
-                _numbers(field.message_type, sub)
-    return value
-
-
-_INT64 = (FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT64)
-
-
 def report_dict(report: ClusterReport) -> dict[str, Any]:
     """The master's report as `--json` writes it: the wire message's JSON mapping (camelCase
     names, every field present), integers as numbers."""
-    return _numbers(mpb.ClusterReport.DESCRIPTOR, report_as_dict(report))
+    return report_as_dict(report)
 
 
 def as_json(report: ClusterReport, indent: int | None) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
+from curvine_py.rpc.jsonmap import with_int64_numbers
 from curvine_py.core.cluster import (
     ClusterReport,
     CorruptCopy,
@@ -375,8 +376,9 @@ def report_from_pb(r: mpb.ClusterReport) -> ClusterReport:
 
 def report_as_dict(r: ClusterReport) -> dict[str, Any]:
     """The report in protobuf's JSON mapping, every field present (`report --json`: a public
-    format, so it stays the wire message's, camelCase names and 64-bit numbers as strings)."""
-    return MessageToDict(report_pb(r), always_print_fields_with_no_presence=True)
+    format, so it stays the wire message's camelCase names), 64-bit integers as numbers."""
+    message = report_pb(r)
+    return with_int64_numbers(message.DESCRIPTOR, MessageToDict(message, always_print_fields_with_no_presence=True))
 
 
 def inventory_pb(i: Inventory) -> mpb.WorkerInventory:

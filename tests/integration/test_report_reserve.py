@@ -35,4 +35,4 @@ def test_report_shows_the_disk_reserve_of_each_worker(tmp_path: pathlib.Path) ->
 
         as_json = cli("report", "--master", cluster.master_address, "--json")
         workers = json.loads(as_json.stdout)["workers"]
-        assert [(w["freeSpaceRatio"], w["reserveBytes"]) for w in workers] == [(0.25, str(int(total * 0.25)))] * 2
+        assert [(w["freeSpaceRatio"], w["reserveBytes"]) for w in workers] == [(0.25, int(total * 0.25))] * 2
