@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "mount": ("curvine_py.fuse.main", "FUSE mount of the namespace"),
     "csi": ("curvine_py.csi.main", "Kubernetes CSI driver (identity, controller, node) on a unix socket"),
     "meta": ("curvine_py.cli.meta", "metadata engine tools: dump and load a namespace"),
+    "router": ("curvine_py.router.main", "OpenAI-compatible proxy in front of vLLM replicas: round-robin, prefix or KV-aware routing"),
     "bench": ("curvine_py.bench.main", "benchmarks: kv placement meta fuse lmcache"),
 }
 
