@@ -16,6 +16,7 @@ may only be late with their heartbeats): a read tries them after every live copy
 """
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -116,7 +117,9 @@ class BlockStore:
         verifiable; the worker may clip the range at its stored end, which is fine as long as at
         least `minimum` (default: `length`) bytes arrive."""
         view = self.membership.view()
-        request = DataHeader(block_id=block.block_id, offset=offset, length=length)
+        # The master's whole-block checksum goes with the request: the worker refuses a stored file
+        # that is not this very block (its header's id and checksum), as its chunk digests cannot tell.
+        request = DataHeader(block_id=block.block_id, offset=offset, length=length, checksum=block.checksum)
         errors: list[CurvineError] = []
         if (not any(w in view.workers for w in block.worker_ids)
                 or any(view.address(w) is None for w in block.worker_ids)):
@@ -125,8 +128,8 @@ class BlockStore:
             worker = view.address(worker_id)
             assert worker is not None   # _read_order keeps the reachable ones only
             try:
-                _reply, data = self.io.read(worker, frames.Op.READ_BLOCK, request, out,
-                                            whole=False, deadline_s=self.deadline_s)
+                reply, data = self.io.read(worker, frames.Op.READ_BLOCK, request, out,
+                                           whole=False, deadline_s=self.deadline_s)
             except (Unavailable, Timeout, Corrupt, NotFound) as exc:   # NotFound: this copy was just dropped
                 if not isinstance(exc, (Corrupt, NotFound)):
                     self.suspects.mark(worker_id)
@@ -134,8 +137,20 @@ class BlockStore:
                          worker_id, exc)
                 errors.append(exc)
                 continue
+            except CurvineError as exc:
+                if exc.errno != errno.EIO:
+                    raise
+                # EIO from the worker: it refused its copy (not this block, or damaged on disk) and
+                # dropped it; the wire carries no finer class, so this copy is corrupt: the next one.
+                log.info("block %x: worker %s refused its copy (%s), trying the next replica", block.block_id,
+                         worker_id, exc)
+                errors.append(Corrupt(str(exc)))
+                continue
             if data is None or len(data) < (length if minimum is None else minimum):
                 errors.append(Corrupt(f"block {block.block_id:x}: short read"))
+                continue
+            if block.checksum and reply.checksum != block.checksum:   # a worker that did not compare
+                errors.append(Corrupt(f"block {block.block_id:x} on worker {worker_id} is not the block committed"))
                 continue
             return data
         if errors:

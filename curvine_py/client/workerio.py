@@ -152,7 +152,8 @@ class WorkerIO:
         what = request.key or f"block {request.block_id:x}"
         log.error("checksum mismatch for %s from worker %s: reported, copy dropped", what, worker.worker_id)
         try:
-            self.call(worker, frames.Op.REPORT_BAD, DataHeader(key=request.key, block_id=request.block_id))
+            self.call(worker, frames.Op.REPORT_BAD, DataHeader(key=request.key, block_id=request.block_id,
+                                                               checksum=request.checksum))
         except CurvineError as exc:
             log.warning("could not report bad copy of %s: %s", what, exc)
         raise Corrupt(f"checksum mismatch for {what} on worker {worker.worker_id}")

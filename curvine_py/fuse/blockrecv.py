@@ -124,8 +124,10 @@ class BlockReceiver:
     @staticmethod
     def _receive(conn: _Connection, block: BlockInfo, offset: int, length: int, out: memoryview,
                  minimum: int) -> memoryview:
-        reply, received = conn.request(frames.Op.READ_BLOCK,
-                                       DataHeader(block_id=block.block_id, offset=offset, length=length))
+        reply, received = conn.request(frames.Op.READ_BLOCK, DataHeader(block_id=block.block_id, offset=offset,
+                                                                         length=length, checksum=block.checksum))
+        if block.checksum and reply.checksum != block.checksum:
+            raise FastPathMiss(f"block {block.block_id:x}: not the block committed")
         if received > len(out) or received < minimum:
             raise FastPathMiss(f"block {block.block_id:x}: a reply of {received} bytes, {minimum}-{len(out)} wanted")
         digests = list(reply.chunk_checksums)

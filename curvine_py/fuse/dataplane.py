@@ -160,13 +160,14 @@ class TrioBlockReader:
                 raise FastPathMiss(f"worker {worker.worker_id} (local): {exc}") from None
             self.hits += 1
             return data
-        request = DataHeader(block_id=block.block_id, offset=offset, length=length)
+        request = DataHeader(block_id=block.block_id, offset=offset, length=length, checksum=block.checksum)
         try:
             reply, received = await self._read_from(worker, request, out)
         except (OSError, trio.TooSlowError, CurvineError) as exc:
             raise FastPathMiss(f"worker {worker.worker_id}: {exc!r}") from None
         data = out[:received]
-        if received < minimum or not verify(data, reply, whole=False):
+        if received < minimum or not verify(data, reply, whole=False) \
+                or block.checksum and reply.checksum != block.checksum:
             raise FastPathMiss(f"block {block.block_id:x}: short or unverifiable reply")
         self.hits += 1
         return data

@@ -131,7 +131,7 @@ class LocalFds:
             self._blocks.move_to_end(block.block_id)
             return cached
         whole = verifiable_range(block.length, block.checksum != 0, 0, block.length)
-        header = DataHeader(block_id=block.block_id, offset=0, length=whole.length)
+        header = DataHeader(block_id=block.block_id, offset=0, length=whole.length, checksum=block.checksum)
         conn: _UnixConnection | None = None
         try:
             with trio.fail_after(self._timeout_s):
@@ -146,7 +146,8 @@ class LocalFds:
         if fd is None:
             raise LocalMiss("short-circuit reply without a descriptor")
         digests = list(reply.chunk_checksums)
-        if reply.length < whole.minimum or len(digests) != -(-reply.length // CHUNK):
+        if reply.length < whole.minimum or len(digests) != -(-reply.length // CHUNK) \
+                or block.checksum and reply.checksum != block.checksum:
             os.close(fd)
             raise LocalMiss(f"block {block.block_id:x}: {reply.length} bytes, {len(digests)} digests")
         self.opened += 1

@@ -65,7 +65,8 @@ class BlockCopier:
         """Returns the bytes copied. Raises NotFound when the source no longer has the block, Corrupt
         when its bytes fail verification, Unavailable/Timeout when a worker does not answer."""
         reply, data = self._io.read(_address(source), frames.Op.READ_BLOCK,
-                                    DataHeader(block_id=block.block_id, offset=0, length=0), whole=True)
+                                    DataHeader(block_id=block.block_id, offset=0, length=0,
+                                               checksum=block.checksum), whole=True)
         if data is None:
             raise NotFound(f"block {block.block_id:x} is not on {source.worker_id}")
         header = DataHeader(block_id=block.block_id, length=len(data), checksum=reply.checksum,
@@ -74,11 +75,12 @@ class BlockCopier:
         self._io.call(_address(target), frames.Op.WRITE_BLOCK, header, data)
         return len(data)
 
-    def verify(self, block_id: int, worker: WorkerInfo) -> int | None:
-        """Has `worker` re-read and verify its copy of the block (data-plane SCRUB). Returns its length,
-        or None when it has no copy. Raises Corrupt when the copy failed (the worker dropped it),
+    def verify(self, block_id: int, worker: WorkerInfo, checksum: int = 0) -> int | None:
+        """Has `worker` re-read and verify its copy of the block (data-plane SCRUB), also against the
+        whole-block `checksum` recorded at commit (0: unknown). Returns its length, or None when it
+        has no copy. Raises Corrupt when the copy failed (the worker dropped it),
         Unavailable/Timeout when it does not answer."""
-        reply = self._io.call(_address(worker), frames.Op.SCRUB, DataHeader(block_id=block_id))
+        reply = self._io.call(_address(worker), frames.Op.SCRUB, DataHeader(block_id=block_id, checksum=checksum))
         return int(reply.header.length) if reply.header.found else None
 
 

@@ -84,7 +84,7 @@ def scrub_page(copier: BlockCopier, blocks: list[RecordedBlock], live: dict[str,
             if ahead > 0:
                 sleep(ahead)
             try:
-                length = copier.verify(block.block_id, worker)
+                length = copier.verify(block.block_id, worker, block.checksum)
             except CurvineError as exc:
                 if exc.errno == errno.EIO:
                     page.corrupt.append(BadCopy(block.block_id, block.ino, worker_id, exc.message))

@@ -46,8 +46,10 @@ class ScrubResult:
     reason: str = ""
 
 
-def scrub(store: Store, name: str, pace: Pace | None = None) -> ScrubResult:
-    """Re-reads and verifies the stored file `name`; drops it if it fails."""
+def scrub(store: Store, name: str, pace: Pace | None = None, checksum: int = 0) -> ScrubResult:
+    """Re-reads and verifies the stored file `name`; drops it if it fails. It fails too when it is
+    not what its name says (another block or key: Store.check_copy) or, with `checksum` (the
+    master's record of the block, 0 = unknown), when it holds other bytes than those committed."""
     try:
         opened = store.open_entry(name, touch=False)
     except Corrupt as exc:   # the header itself is unreadable
@@ -58,7 +60,10 @@ def scrub(store: Store, name: str, pace: Pace | None = None) -> ScrubResult:
     entry, stored = opened
     with stored:
         header = stored.header
+        wrong = store.check_copy(name, header, checksum)
         try:
+            if wrong is not None:
+                raise Corrupt(f"{name} {wrong}")
             stored.verify_summary()
             for index in range(layout.chunk_count(header.length)):
                 read = stored.verify_chunk(index)
@@ -68,7 +73,9 @@ def scrub(store: Store, name: str, pace: Pace | None = None) -> ScrubResult:
             reason = str(exc)
         else:
             return ScrubResult(Verdict.GOOD, header.length, header.checksum)
-    store.drop_if_current(name, entry)
+    if store.drop_if_current(name, entry) and wrong is not None:
+        with store.lock:
+            store.mismatched += 1
     log.error("scrub: %s failed verification (%s): dropped", name, reason)
     return ScrubResult(Verdict.CORRUPT, header.length, header.checksum, reason)
 

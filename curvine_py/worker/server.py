@@ -14,20 +14,23 @@ the response bit and its request id; `errno` 0 = success):
                   EINVAL/ENAMETOOLONG bad key, ENOSPC no room (after evicting cache data),
                   EIO payload does not match `checksum` or its trailer, ESTALE stale epoch.
     GET           key, [epoch] -> found=false (a miss, not an error) | found, length, checksum,
-                  user_meta, chunk_checksums (all chunks) + payload.
+                  user_meta, chunk_checksums (all chunks) + payload. A stored file under the key's
+                  name that holds another key's object is a miss, dropped as corrupt.
     EXISTS        keys, pin, [epoch] -> hit_count (length of the stored prefix of keys).
     DELETE        key, [epoch] -> found.
     WRITE_BLOCK   block_id, payload, [length], [checksum], storage_class (unspecified = DURABLE),
                   ttl_ms, [digest_trailer as PUT] -> length, checksum. An existing block id is replaced atomically.
-    READ_BLOCK    block_id, offset, length (0 = to the end; clipped at the end) -> offset, length
+    READ_BLOCK    block_id, offset, length (0 = to the end; clipped at the end), [checksum: the
+                  master's record of the whole block] -> offset, length
                   (bytes sent), checksum (of the whole block), chunk_checksums (of the payload cut
                   in 1 MiB pieces from its start; offsets should be chunk-aligned) + payload.
-                  ENOENT absent, EINVAL offset past the end, EIO stored bytes fail their checksum
+                  ENOENT absent, EINVAL offset past the end, EIO stored bytes fail their checksum,
+                  or the stored header names another block or a checksum other than the request's
                   (the copy is dropped and reported bad).
     DELETE_BLOCK  block_id -> found.
-    REPORT_BAD    key, or block_id when key is empty -> found (true = the copy failed
+    REPORT_BAD    key, or block_id [checksum] when key is empty -> found (true = the copy failed
                   re-verification and was dropped; a good copy is kept).
-    SCRUB         key, or block_id when key is empty -> found (false: no copy here), length,
+    SCRUB         key, or block_id [checksum] when key is empty -> found (false: no copy here), length,
                   checksum of the copy, re-read and verified chunk by chunk (scrub.py). EIO: it
                   failed (dropped; a block is reported bad with the next heartbeat). For fsck --scrub.
     PING          -> (errno 0).
@@ -469,8 +472,8 @@ class Session:
 
     def _read_block(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
         try:
-            stored = self._store.open_block(header.block_id)
-        except Corrupt:
+            stored = self._store.open_block(header.block_id, header.checksum)
+        except Corrupt:   # an unreadable header, or another block's copy (dropped already)
             self._store.drop_bad(self._store.block_name(header.block_id))
             raise
         if stored is None:
@@ -499,7 +502,7 @@ class Session:
 
     def _scrub(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
         name = self._store.object_name(header.key) if header.key else self._store.block_name(header.block_id)
-        result = scrub(self._store, name)
+        result = scrub(self._store, name, checksum=0 if header.key else header.checksum)
         if result.verdict is Verdict.CORRUPT:
             raise Corrupt(f"{name} failed verification and was dropped: {result.reason}")
         return _Outcome(DataHeader(key=header.key, block_id=header.block_id,
@@ -510,7 +513,7 @@ class Session:
         if header.key:
             dropped = self._store.report_bad_object(header.key)
         else:
-            dropped = self._store.report_bad_block(header.block_id)
+            dropped = self._store.report_bad_block(header.block_id, header.checksum)
         return _Outcome(DataHeader(found=dropped))
 
 

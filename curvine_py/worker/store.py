@@ -61,6 +61,24 @@ __all__ = ["Clock", "Entry", "PendingWrite", "Stats", "Store", "StoredFile", "Us
 log = logging.getLogger(__name__)
 
 
+def misplaced(name: str, header: layout.StoredHeader) -> str | None:
+    """Why a stored file found under inventory name `name` is not the one that name stands for
+    (its header holds another kind, block id or key: a misdirected rename, a restore by hand), or
+    None. The start-up scan applies the same rule (inventory.py); this is for files swapped since."""
+    sub, _, file_name = name.partition("/")
+    if sub == BLOCKS:
+        if header.kind != layout.KIND_BLOCK:
+            return f"holds a stored file of kind {header.kind}, not a block"
+        if layout.block_file_name(header.block_id) != file_name:
+            return f"holds block {header.block_id:x}"
+        return None
+    if header.kind != layout.KIND_OBJECT:
+        return f"holds a stored file of kind {header.kind}, not an object"
+    if layout.object_file_name(header.key) != file_name:
+        return f"holds the object of key {header.key!r}"
+    return None
+
+
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -84,6 +102,7 @@ class Store:
         self.pin_grace_ms = pin_grace_ms
         self.clock = clock
         self.lock = threading.RLock()
+        self.mismatched = 0   # copies refused because they are not what their name says (open_block)
         self._open_files = OpenFileCache(open_files)
         self._inventory = Inventory(self.dirs, clock, self._open_files.drop)
         self._writes = WritePipeline(self.dirs, self._inventory, self.lock, clock)
@@ -218,20 +237,55 @@ class Store:
     # -- reads -------------------------------------------------------------------------------------
 
     def open_object(self, key: str) -> StoredFile | None:
-        """The stored object, open, or None on a miss (absent, expired, evicted meanwhile)."""
-        opened = self.open_entry(self.object_name(key))
-        stored = None if opened is None else opened[1]
-        if stored is not None and stored.header.key != key:  # a 128-bit hash collision: still a miss
-            stored.close()
-            return None
-        return stored
-
-    def open_block(self, block_id: int) -> StoredFile | None:
-        return self._open(self.block_name(block_id))
-
-    def _open(self, name: str) -> StoredFile | None:
+        """The stored object, open, or None on a miss (absent, expired, evicted meanwhile).
+        Corrupt when the file under the key's name is not an object of that key (a misplaced
+        copy: dropped and counted); a true 128-bit hash collision is a miss and stays."""
+        name = self.object_name(key)
         opened = self.open_entry(name)
-        return opened[1] if opened is not None else None
+        if opened is None:
+            return None
+        entry, stored = opened
+        if stored.header.key == key:   # the one compare of the hot path: the header is parsed already
+            return stored
+        stored.close()
+        if misplaced(name, stored.header) is None:
+            return None                # another key with the same 128-bit hash
+        raise self._refuse(name, entry, f"holds the object of key {stored.header.key!r}, not {key!r}")
+
+    def open_block(self, block_id: int, checksum: int = 0) -> StoredFile | None:
+        """The stored block, open, or None when absent. Corrupt when the file under its name holds
+        another block (its header's id) or, with `checksum` (the master's record of the committed
+        block; 0 = unknown), other bytes than those committed: the copy is dropped and counted."""
+        name = self.block_name(block_id)
+        opened = self.open_entry(name)
+        if opened is None:
+            return None
+        entry, stored = opened
+        header = stored.header
+        if header.block_id == block_id and header.kind == layout.KIND_BLOCK \
+                and (not checksum or header.checksum == checksum):
+            return stored
+        stored.close()
+        reason = misplaced(name, header) or (f"holds checksum {header.checksum:016x}, the master recorded "
+                                             f"{checksum:016x}")
+        raise self._refuse(name, entry, reason)
+
+    def check_copy(self, name: str, header: layout.StoredHeader, checksum: int = 0) -> str | None:
+        """Why the stored file `name` with `header` is not the copy it should be (None: it is): it
+        holds another block or key, or a checksum other than `checksum` (0 = not checked)."""
+        wrong = misplaced(name, header)
+        if wrong is None and checksum and header.checksum != checksum:
+            wrong = f"holds checksum {header.checksum:016x}, the master recorded {checksum:016x}"
+        return wrong
+
+    def _refuse(self, name: str, entry: Entry, reason: str) -> Corrupt:
+        """A copy that is not what its name says: dropped (a block is reported bad to the master
+        with the next heartbeat), counted, and the error to raise."""
+        with self.lock:
+            self.mismatched += 1
+        log.error("%s %s: refused", name, reason)
+        self.drop_if_current(name, entry)
+        return Corrupt(f"{name} {reason}: dropped")
 
     def open_entry(self, name: str, *, touch: bool = True) -> tuple[Entry, StoredFile] | None:
         """The inventory entry and its stored file, open (None on a miss): what a verifier needs to
@@ -319,12 +373,13 @@ class Store:
     def report_bad_object(self, key: str) -> bool:
         return self._report_bad(self.object_name(key))
 
-    def report_bad_block(self, block_id: int) -> bool:
-        return self._report_bad(self.block_name(block_id))
+    def report_bad_block(self, block_id: int, checksum: int = 0) -> bool:
+        return self._report_bad(self.block_name(block_id), checksum)
 
-    def _report_bad(self, name: str) -> bool:
+    def _report_bad(self, name: str, checksum: int = 0) -> bool:
         """A client saw a checksum mismatch. The copy is re-verified first: a copy that is good
-        on disk was damaged in transit and is kept (dropping the only replica of a durable block
+        on disk (and is the block or object its name says, with the master's `checksum` when
+        given) was damaged in transit and is kept (dropping the only replica of a durable block
         for a network error would lose data). True = a bad copy was dropped."""
         try:
             opened = self.open_entry(name, touch=False)
@@ -334,7 +389,7 @@ class Store:
             return False
         entry, stored = opened
         with stored:
-            if stored.verify():
+            if self.check_copy(name, stored.header, checksum) is None and stored.verify():
                 log.warning("%s was reported bad but verifies on disk: kept", name)
                 return False
         return self.drop_if_current(name, entry)

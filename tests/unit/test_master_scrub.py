@@ -16,7 +16,7 @@ class FakeCopier:
         self.answers = answers
         self.asked: list[tuple[int, str]] = []
 
-    def verify(self, block_id: int, worker: WorkerInfo) -> int | None:
+    def verify(self, block_id: int, worker: WorkerInfo, checksum: int = 0) -> int | None:
         self.asked.append((block_id, worker.worker_id))
         answer = self.answers[(block_id, worker.worker_id)]
         if isinstance(answer, CurvineError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from curvine_py.master import placement
+from curvine_py.master.store.db import _u64_from_db
 from curvine_py.master.store.policy import Policies
 from curvine_py.master.types import StorageClass
 
@@ -31,6 +32,7 @@ class BlockCopies:
     storage_class: StorageClass
     ttl_ms: int
     placement: str
+    checksum: int = 0             # the whole block's, recorded at commit (0: unknown, after a truncate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,7 @@ class RecordedBlock:
     ino: int
     length: int
     holders: tuple[str, ...]
+    checksum: int = 0             # the whole block's, recorded at commit (0: unknown)
 
 
 class Replication(Policies):
@@ -57,10 +60,12 @@ class Replication(Policies):
     def recorded_blocks(self, after: int, limit: int) -> list[RecordedBlock]:
         """Blocks with at least one recorded copy, in block id order after `after` (a page)."""
         rows = self._db.execute(
-            "SELECT b.block_id, b.ino, b.length, group_concat(l.worker_id) FROM blocks b "
+            "SELECT b.block_id, b.ino, b.length, group_concat(l.worker_id), b.checksum FROM blocks b "
             "JOIN locations l ON l.block_id = b.block_id WHERE b.block_id > ? "
-            "GROUP BY b.block_id, b.ino, b.length ORDER BY b.block_id LIMIT ?", (min(after, 2**63 - 1), limit)).fetchall()
-        return [RecordedBlock(int(b), int(i), int(n), tuple(sorted(str(w).split(",")))) for b, i, n, w in rows]
+            "GROUP BY b.block_id, b.ino, b.length, b.checksum ORDER BY b.block_id LIMIT ?",
+            (min(after, 2**63 - 1), limit)).fetchall()
+        return [RecordedBlock(int(b), int(i), int(n), tuple(sorted(str(w).split(","))), _u64_from_db(c))
+                for b, i, n, w, c in rows]
 
     def path_of(self, ino: int) -> str:
         """A path of the file `ino` ("" when it has no name left)."""
@@ -73,10 +78,10 @@ class Replication(Policies):
         policies: dict[int, tuple[StorageClass, int, int, str]] = {}
         rows = self._db.execute(
             "SELECT b.block_id, b.ino, b.idx, b.length, i.block_size, i.type, i.parent, "
-            "group_concat(l.worker_id) FROM blocks b JOIN inodes i ON i.ino = b.ino AND i.orphan = 0 "
+            "group_concat(l.worker_id), b.checksum FROM blocks b JOIN inodes i ON i.ino = b.ino AND i.orphan = 0 "
             "LEFT JOIN locations l ON l.block_id = b.block_id "
-            "GROUP BY b.block_id, b.ino, b.idx, b.length, i.block_size, i.type, i.parent").fetchall()
-        for block_id, ino, index, length, block_size, _kind, parent, workers in rows:
+            "GROUP BY b.block_id, b.ino, b.idx, b.length, i.block_size, i.type, i.parent, b.checksum").fetchall()
+        for block_id, ino, index, length, block_size, _kind, parent, workers, checksum in rows:
             directory = int(parent)
             if directory not in policies:
                 policy = self._effective(directory)[0]
@@ -86,7 +91,7 @@ class Replication(Policies):
             wanted = placement.replica_count(storage_class, replicas, len(live), self.durable_replicas)
             copies = BlockCopies(int(block_id), int(ino), int(index), int(length),
                                  int(block_size) or self.block_size, holders, wanted, storage_class,
-                                 int(ttl_ms), where)
+                                 int(ttl_ms), where, _u64_from_db(checksum))
             if not holders:
                 lost.append(copies)
             elif len(holders) < wanted:
