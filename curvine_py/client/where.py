@@ -3,11 +3,12 @@
 For routers that do not consume shared-pool events (SMG drops `locality=REMOTE`), and for
 curvine-py's own router (`curvine-py router --l2-master`): fast enough to call per request.
 A key's candidate holders are its first `copies` owners by weighted rendezvous over the cached
-membership view (the owners a read would try); each holder is asked once with all its keys in one
-batched EXISTS (unpinned). EXISTS answers the length of the stored prefix of the keys it is given,
-so after a miss the keys behind it are asked again (one more round trip per miss on that owner).
-`prefix=True` (what a router needs) stops asking an owner after its first miss: the stored prefix
-it reports may then stop short, it never overstates one.
+membership view (the owners a read would try), asked rank by rank: every first owner once with all
+its keys in one batched EXISTS (unpinned), then the next owners only for the keys still missing.
+EXISTS answers the length of the stored prefix of the keys it is given, so after a miss the keys
+behind it are asked again (one more round trip per miss on that owner). A key counts as stored
+on the first owner found holding it. `prefix=True` (what a router needs) reports every key after
+the first one stored nowhere as absent.
 """
 from __future__ import annotations
 
@@ -69,22 +70,31 @@ class L2Where:
                 return [Residence.miss(k) for k in keys]
 
     def _where(self, keys: list[str], view: View, prefix: bool) -> list[Residence]:
-        by_owner: dict[str, list[int]] = {}
-        for index, key in enumerate(keys):
-            for worker_id in view.placement.owners(key, self.copies):
-                by_owner.setdefault(worker_id, []).append(index)
+        ranked = [view.placement.owners(key, self.copies) for key in keys]
         holders: list[list[str]] = [[] for _ in keys]
-        for worker_id, indexes in by_owner.items():
-            for index in self._ask(view, worker_id, keys, indexes, prefix):
-                holders[index].append(worker_id)
+        # Rank by rank: a key's first owner is asked first; only keys it does not hold go on to
+        # the next owner (one batched EXISTS per owner and rank, and one more per miss).
+        for rank in range(self.copies):
+            by_owner: dict[str, list[int]] = {}
+            for index, owners in enumerate(ranked):
+                if rank < len(owners) and not holders[index]:
+                    by_owner.setdefault(owners[rank], []).append(index)
+            for worker_id, indexes in by_owner.items():
+                for index in self._ask(view, worker_id, keys, indexes):
+                    holders[index].append(worker_id)
         found = []
+        absent = False
         for key, workers in zip(keys, holders, strict=True):
+            absent = absent or not workers
+            if prefix and absent:
+                found.append(Residence.miss(key))
+                continue
             addresses = [view.workers[w] for w in workers]
             found.append(Residence(key, bool(workers), tuple(workers), tuple(a.node for a in addresses),
                                    tuple(a.host for a in addresses)))
         return found
 
-    def _ask(self, view: View, worker_id: str, keys: list[str], indexes: list[int], prefix: bool) -> list[int]:
+    def _ask(self, view: View, worker_id: str, keys: list[str], indexes: list[int]) -> list[int]:
         """The indexes (of `indexes`) the worker holds."""
         held: list[int] = []
         remaining = indexes
@@ -97,7 +107,7 @@ class L2Where:
                 log.info("where: owner %s unreachable (%s): its keys count as absent", worker_id, exc)
                 return held
             held += remaining[:hits]
-            if hits >= len(remaining) or prefix:
+            if hits >= len(remaining):
                 break
             remaining = remaining[hits + 1:]
         return held

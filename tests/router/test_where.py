@@ -29,7 +29,7 @@ def test_where_and_the_l2_tier(tmp_path: pathlib.Path) -> None:
                 assert len(residence.workers) == 1 and residence.nodes[0] in ("node0", "node1")
                 assert residence.workers[0] == client.kv.owners(residence.key, count=1)[0].worker_id
             prefix = L2Where(client.membership, client.io).where(keys, prefix=True)
-            assert stored_prefix(prefix) == 2 and prefix[2].stored is False
+            assert stored_prefix(prefix) == 2 and [r.stored for r in prefix] == [True, True, False, False]
             config = client.config
 
         l2 = CurvineL2(config, model="tiny", block_size=4, seed="0", chunk_size=16, timeout_s=5.0)
