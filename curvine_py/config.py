@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import ipaddress
 import logging
 import os
 import re
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_type_hints
 
 from curvine_py.core.errors import InvalidArgument
+from curvine_py.transport.blocking import is_loopback_address
 
 log = logging.getLogger(__name__)
 
@@ -385,17 +385,7 @@ def is_loopback(host: str, resolve: Resolver = resolve_host) -> bool:
     if host in ("", "0.0.0.0", "::"):
         return False
     addresses = resolve(host)
-    return bool(addresses) and all(_loopback_address(a) for a in addresses)
-
-
-def _loopback_address(text: str) -> bool:
-    try:
-        address = ipaddress.ip_address(text.split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback
-    return address.is_loopback
+    return bool(addresses) and all(is_loopback_address(a) for a in addresses)
 
 
 def require_secure(host: str, token: str, insecure: bool, role: str, resolve: Resolver = resolve_host) -> None:
