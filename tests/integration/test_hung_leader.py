@@ -11,19 +11,17 @@ import pathlib
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 
 import psycopg
 
 from curvine_py.client import CurvineClient
-from curvine_py.core.errors import CurvineError
 from curvine_py.master.standby import EXIT_LOST_LEADERSHIP
 from curvine_py.procs import RoleProcess, curvine_command, start
 from tests import pgserver
 from tests.fuse.mounts import Mount
-from tests.harness import FAST_TIMERS, random_bytes, wait_until
+from tests.integration.ha_loops import Loop, start_loops
+from tests.harness import FAST_TIMERS, wait_until
 
-KiB = 1 << 10
 BOUND_S = 10.0       # the issue's requirement: create again within 10 s of the SIGSTOP
 LEASE_MS = "2000"
 
@@ -31,39 +29,6 @@ LEASE_MS = "2000"
 def start_master(root: pathlib.Path, name: str, url: str, *, ready: str) -> RoleProcess:
     return start(name, curvine_command("master", "--data-dir", str(root / name), "--port", "0", "--meta", url,
                                        "--leader-lease-ms", LEASE_MS, *FAST_TIMERS), ready_prefix=ready)
-
-
-@dataclass
-class Loop:
-    """Writes and reads files through one way, recording when each acknowledged write ended."""
-
-    name: str
-    acknowledged: dict[str, bytes] = field(default_factory=dict)
-    acked_at: list[float] = field(default_factory=list)
-    failures: list[tuple[float, str]] = field(default_factory=list)
-    wrong: list[str] = field(default_factory=list)
-
-    def first_ack_after(self, t: float) -> float | None:
-        return next((at - t for at in self.acked_at if at > t), None)
-
-
-def run_loop(loop: Loop, write: object, read: object, stop: threading.Event) -> None:
-    assert callable(write) and callable(read)
-    i = 0
-    while not stop.is_set():
-        path = f"/hung/{loop.name}-{i}"
-        data = random_bytes(4 * KiB + i, seed=i)
-        started = time.monotonic()
-        try:
-            write(path, data)
-            loop.acknowledged[path] = data
-            loop.acked_at.append(time.monotonic())
-            if read(path) != data:
-                loop.wrong.append(path)
-        except (CurvineError, OSError) as exc:
-            loop.failures.append((time.monotonic() - started, f"{type(exc).__name__}: {exc}"))
-            time.sleep(0.05)
-        i += 1
 
 
 def database_digest(url: str) -> dict[str, str]:
@@ -95,26 +60,7 @@ def test_stopped_leader_is_replaced_and_followed_and_writes_nothing_when_continu
         wait_until(lambda: sum(w.live for w in client.master.membership().workers) == 1, 20, "the worker")
         client.fs.mkdir("/hung")
         with mount:
-            root = mount.path
-
-            def client_write(path: str, data: bytes) -> None:
-                with client.fs.open(path, "wb") as f:
-                    f.write(data)
-
-            def client_read(path: str) -> bytes:
-                with client.fs.open(path, "rb") as f:
-                    return f.read()
-
-            def mount_write(path: str, data: bytes) -> None:
-                (root / path.lstrip("/")).write_bytes(data)
-
-            def mount_read(path: str) -> bytes:
-                return (root / path.lstrip("/")).read_bytes()
-
-            threads = [threading.Thread(target=run_loop, args=(loops[0], client_write, client_read, stop)),
-                       threading.Thread(target=run_loop, args=(loops[1], mount_write, mount_read, stop))]
-            for thread in threads:
-                thread.start()
+            threads = start_loops(client, mount.path, "/hung", loops, stop)
             try:
                 wait_until(lambda: all(len(loop.acked_at) >= 10 for loop in loops), 60, "writes before the stop")
                 os.kill(first.process.pid, signal.SIGSTOP)

@@ -7,23 +7,20 @@ from __future__ import annotations
 
 import pathlib
 import threading
-import time
-from dataclasses import dataclass, field
 
 import grpc
 import pytest
 
 from curvine_py.client import CurvineClient
-from curvine_py.core.errors import CurvineError
 from curvine_py.master.follower import LEADER_METADATA_KEY
 from curvine_py.procs import RoleProcess, curvine_command, start
 from curvine_py.proto.curvine.v1 import master_pb2 as pb
 from curvine_py.proto.curvine.v1.master_pb2_grpc import MasterStub
 from tests import pgserver
 from tests.fuse.mounts import Mount
-from tests.harness import FAST_TIMERS, random_bytes, wait_until
+from tests.integration.ha_loops import Loop, start_loops
+from tests.harness import FAST_TIMERS, wait_until
 
-KiB = 1 << 10
 
 
 
@@ -34,37 +31,6 @@ def start_master(root: pathlib.Path, name: str, url: str, *, ready: str) -> Role
 
 def port_of(process: RoleProcess) -> str:
     return process.address.rsplit(":", 1)[1]
-
-
-@dataclass
-class Loop:
-    """Creates, writes and reads files through one way (client or mount), recording what was
-    acknowledged, what failed and how long each failure took."""
-
-    name: str
-    acknowledged: dict[str, bytes] = field(default_factory=dict)
-    failures: list[tuple[float, str]] = field(default_factory=list)
-    wrong: list[str] = field(default_factory=list)
-    done: int = 0
-
-
-def run_loop(loop: Loop, write: object, read: object, stop: threading.Event) -> None:
-    assert callable(write) and callable(read)
-    i = 0
-    while not stop.is_set():
-        path = f"/ha/{loop.name}-{i}"
-        data = random_bytes(4 * KiB + i, seed=i)
-        started = time.monotonic()
-        try:
-            write(path, data)
-            loop.acknowledged[path] = data
-            if read(path) != data:
-                loop.wrong.append(path)
-            loop.done += 1
-        except (CurvineError, OSError) as exc:
-            loop.failures.append((time.monotonic() - started, f"{type(exc).__name__}: {exc}"))
-            time.sleep(0.05)
-        i += 1
 
 
 def test_standby_refuses_and_names_the_leader_then_takes_over(tmp_path: pathlib.Path,
@@ -108,26 +74,7 @@ def test_leader_killed_under_a_client_and_a_mount_loses_nothing(tmp_path: pathli
         wait_until(lambda: sum(w.live for w in client.master.membership().workers) == 1, 20, "the worker")
         client.fs.mkdir("/ha")
         with mount:
-            root = mount.path
-
-            def client_write(path: str, data: bytes) -> None:
-                with client.fs.open(path, "wb") as f:
-                    f.write(data)
-
-            def client_read(path: str) -> bytes:
-                with client.fs.open(path, "rb") as f:
-                    return f.read()
-
-            def mount_write(path: str, data: bytes) -> None:
-                (root / path.lstrip("/")).write_bytes(data)
-
-            def mount_read(path: str) -> bytes:
-                return (root / path.lstrip("/")).read_bytes()
-
-            threads = [threading.Thread(target=run_loop, args=(loops[0], client_write, client_read, stop)),
-                       threading.Thread(target=run_loop, args=(loops[1], mount_write, mount_read, stop))]
-            for thread in threads:
-                thread.start()
+            threads = start_loops(client, mount.path, "/ha", loops, stop)
             try:
                 wait_until(lambda: all(loop.done >= 10 for loop in loops), 60, "operations before the kill")
                 first.kill()
