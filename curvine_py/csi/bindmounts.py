@@ -85,7 +85,3 @@ def detach(path: str) -> None:
     result = _libc.umount2(path.encode(), MNT_DETACH)
     if result != 0 and ctypes.get_errno() not in (errno.EINVAL, errno.ENOENT):
         _check(result, f"unmount {path}")
-
-
-def is_read_only(path: str) -> bool:
-    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)

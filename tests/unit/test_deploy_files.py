@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -171,6 +172,19 @@ def test_compose_file_is_valid_and_coherent() -> None:
 def test_dockerfile_builds_the_package_with_fuse() -> None:
     text = (CSI / "Dockerfile").read_text()
     assert "fuse3" in text and "pip install" in text and "COPY curvine_py" in text
+
+
+def test_dockerfile_installs_only_from_the_hash_lock() -> None:
+    lines = " ".join((CSI / "Dockerfile").read_text().replace("\\\n", " ").splitlines())
+    installs = [cmd for cmd in re.split(r"&&|RUN ", lines) if "pip install" in cmd]
+    locked = [cmd for cmd in installs if "-r requirements/" in cmd]
+    assert [re.search(r"-r (\S+)", c)[1] for c in locked] == ["requirements/build.txt",  # type: ignore[index]
+                                                               "requirements/base.txt"]
+    assert all("--require-hashes" in c and "--no-deps" in c for c in locked)
+    # the package itself adds nothing the lock did not pin
+    assert all("--no-deps" in c for c in installs)
+    for lock in ("build.txt", "base.txt"):
+        assert (ROOT / "requirements" / lock).is_file()
 
 
 # -- the CSI pieces agree ---------------------------------------------------------------------
