@@ -468,3 +468,15 @@ def test_unit_uses_only_real_directives(unit: pathlib.Path, tmp_path: pathlib.Pa
         result = subprocess.run([analyze, "verify", "--man=no", str(copy)], capture_output=True, text=True,
                                 check=False)
         assert result.returncode == 0 and not result.stderr.strip(), result.stderr
+
+
+def test_every_doc_is_linked_from_the_index() -> None:
+    index = (ROOT / "docs" / "README.md").read_text()
+    linked = set(re.findall(r"\]\(([^)#]+\.md)", index))
+    missing = [p.name for p in (ROOT / "docs").glob("*.md") if p.name != "README.md" and p.name not in linked]
+    assert not missing, f"docs/README.md does not link {missing}"
+
+
+def test_the_readme_links_the_index_and_operations() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "(docs/README.md)" in readme and "(docs/operations.md)" in readme
