@@ -375,15 +375,15 @@ def test_pods_of_the_examples_mount_curvine_volumes_host_to_container() -> None:
     assert checked >= 1
 
 
-def test_workers_on_host_network_advertise_the_pod_ip_and_expose_metrics() -> None:
+def test_workers_on_host_network_advertise_the_host_ip_and_expose_metrics() -> None:
     template = one("DaemonSet", "curvine-node")["spec"]["template"]
     spec = template["spec"]
     worker = container(spec, "worker")
     assert spec["hostNetwork"] is True
     host = flag(worker["command"], "--host")
-    assert host == "$(POD_IP)"                       # not 0.0.0.0: that advertises gethostbyname(hostname)
+    assert host == "$(HOST_IP)"                      # not 0.0.0.0: that advertises gethostbyname(hostname)
     env = {e["name"]: e for e in worker["env"]}
-    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert env["HOST_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
     ports = {p["name"]: p["containerPort"] for p in worker["ports"]}
     assert ports["data"] == int(flag(worker["command"], "--port"))
     assert ports["metrics"] == int(flag(worker["command"], "--metrics-port"))
