@@ -19,10 +19,10 @@ import http.server
 import logging
 import time
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
-from curvine_py.client.master import MasterClient
-from curvine_py.core.domain import FileType, PolicyAt
+from curvine_py.core.cluster import ClusterReport
+from curvine_py.core.domain import DirPage, FileType, InodeId, PolicyAt
 from curvine_py.core.errors import CurvineError, NotFound
 from curvine_py.core.posix import ROOT_INO
 from curvine_py.observe.httpserve import HttpService, serve
@@ -36,7 +36,20 @@ MAX_POLICY_DIRS = 64    # top-level directories asked for their policy per page 
 StatusSource = Callable[[], StatusView]
 
 
-def read_policies(master: MasterClient, limit: int = MAX_POLICY_DIRS) -> list[PolicyAt]:
+class StatusMaster(Protocol):
+    """What the page asks the master; the client library's MasterClient is one (observe does not
+    import the client: the role that serves the page passes it in)."""
+
+    address: str
+
+    def report(self) -> ClusterReport: ...
+
+    def get_policy(self, path: str) -> PolicyAt: ...
+
+    def readdir(self, ino: InodeId, after_name: str = "", limit: int = 1000, *, eager: bool = False) -> DirPage: ...
+
+
+def read_policies(master: StatusMaster, limit: int = MAX_POLICY_DIRS) -> list[PolicyAt]:
     """The root's policy and those of the top-level directories that define their own (a directory
     that inherits is not listed: its policy is its parent's row)."""
     replies = [master.get_policy("/")]
@@ -52,7 +65,7 @@ def read_policies(master: MasterClient, limit: int = MAX_POLICY_DIRS) -> list[Po
     return replies
 
 
-def master_source(master: MasterClient, *, clock: Callable[[], float] = time.time) -> StatusSource:
+def master_source(master: StatusMaster, *, clock: Callable[[], float] = time.time) -> StatusSource:
     """A source that asks the master at every call; `clock` (seconds) dates heartbeats."""
 
     def source() -> StatusView:
