@@ -113,10 +113,6 @@ class Store:
     def evictions(self) -> int:
         return self._inventory.evictions
 
-    @property
-    def open_files_limit(self) -> int:
-        return self._open_files.limit
-
     # -- lifecycle -------------------------------------------------------------------------------
 
     def open(self) -> None:
