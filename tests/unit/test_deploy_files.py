@@ -220,10 +220,13 @@ def test_node_plugin_socket_registrar_and_kubelet_agree() -> None:
 
 
 def test_node_worker_stores_on_a_host_dir() -> None:
+    """The first data dir holds the worker's id (worker.id): on the node's hostPath, a recreated
+    pod comes back as the same worker and its cached blocks are not orphaned (Curvine #1519)."""
     spec = one("DaemonSet", "curvine-node")["spec"]["template"]["spec"]
     worker = container(spec, "worker")
     data_dir = flag(worker["command"], "--data-dir").split(":")[0]
     assert "hostPath" in volume_for(spec, worker, data_dir)
+    assert "emptyDir" not in volume_for(spec, worker, data_dir)
     assert any(e["name"] == "CURVINE_TOKEN" and "secretKeyRef" in e["valueFrom"] for e in worker["env"])
 
 
