@@ -6,23 +6,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
-import os
 import signal
 import socket
 import sys
 
+from curvine_py.core.errors import CurvineError
 from curvine_py.observe.logs import add_log_format_flag, setup_logging
 from curvine_py.router.index import DEFAULT_WEIGHTS
 from curvine_py.router.l2 import L2Lookup
 from curvine_py.router.policies import POLICIES, KVSettings
 from curvine_py.router.service import Router, RouterSettings
+from curvine_py.router.settings import RouterConfig, load_router_config
 
 log = logging.getLogger(__name__)
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="curvine-py router", description=__doc__)
+    p.add_argument("--config", help="TOML file; its [router] table sets defaults (CURVINE_<FIELD> env too)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080; 0 picks one)")
     p.add_argument("--policy", choices=POLICIES, default="kv", help="how a replica is chosen (default kv)")
@@ -46,8 +49,7 @@ def parser() -> argparse.ArgumentParser:
     h = p.add_argument_group("hashing (must match the replicas)")
     h.add_argument("--tokenizer", metavar="FILE", help="the model's tokenizer.json (needed by --policy kv)")
     h.add_argument("--block-size", type=int, default=16, help="vLLM's --block-size, tokens (default 16)")
-    h.add_argument("--hash-seed", help="the replicas' PYTHONHASHSEED (vLLM's NONE_HASH seed; default: this "
-                                       "process's PYTHONHASHSEED, else 0)")
+    h.add_argument("--hash-seed", help="the replicas' PYTHONHASHSEED (vLLM's NONE_HASH seed string; default \"0\")")
     h.add_argument("--chat-template", choices=("chatml", "none"), default="chatml",
                    help="how chat messages become the prompt that is hashed (default chatml; none: chat "
                         "requests predict no hit)")
@@ -86,22 +88,29 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def settings_from(args: argparse.Namespace) -> RouterSettings:
-    seed = args.hash_seed if args.hash_seed is not None else os.environ.get("PYTHONHASHSEED", "0")
-    kv = KVSettings(block_size=args.block_size, seed=seed,
-                    weights={"GPU": args.weight_gpu, "CPU": args.weight_cpu, "STORAGE": args.weight_storage},
-                    l2_local_weight=args.weight_l2_local, inflight_cost=args.inflight_cost,
-                    imbalance=args.imbalance, imbalance_ratio=args.imbalance_ratio)
-    return RouterSettings(host=args.host, port=args.port, policy=args.policy, replicas=args.replica,
-                          kv_events=args.kv_events, kv_replay=args.kv_replay, replicas_dns=args.replicas_dns,
-                          dns_interval_s=args.dns_interval_s, kv_events_port=args.kv_events_port,
-                          kv_replay_port=args.kv_replay_port, kv_topic=args.kv_topic, tokenizer=args.tokenizer,
-                          chat_template=args.chat_template, prefix_blocks=args.prefix_blocks,
-                          prefix_chars=args.prefix_chars, load_factor=args.load_factor, kv=kv,
-                          health_interval_s=args.health_interval_s)
+def config_from(args: argparse.Namespace) -> RouterConfig:
+    flags = {name: value for name, value in vars(args).items() if name not in ("config", "log_format")}
+    for name in ("replica", "kv_events", "kv_replay"):
+        if flags.get(name) is not None:
+            flags[name] = tuple(flags[name])
+    return load_router_config(args.config, flags)
 
 
-def l2_from(args: argparse.Namespace, settings: RouterSettings) -> L2Lookup | None:
+def settings_from(c: RouterConfig) -> RouterSettings:
+    kv = KVSettings(block_size=c.block_size, seed=c.hash_seed,
+                    weights={"GPU": c.weight_gpu, "CPU": c.weight_cpu, "STORAGE": c.weight_storage},
+                    l2_local_weight=c.weight_l2_local, inflight_cost=c.inflight_cost,
+                    imbalance=c.imbalance, imbalance_ratio=c.imbalance_ratio)
+    return RouterSettings(host=c.host, port=c.port, policy=c.policy, replicas=list(c.replica),
+                          kv_events=list(c.kv_events), kv_replay=list(c.kv_replay),
+                          replicas_dns=c.replicas_dns or None, dns_interval_s=c.dns_interval_s,
+                          kv_events_port=c.kv_events_port or None, kv_replay_port=c.kv_replay_port or None,
+                          kv_topic=c.kv_topic, tokenizer=c.tokenizer or None, chat_template=c.chat_template,
+                          prefix_blocks=c.prefix_blocks, prefix_chars=c.prefix_chars, load_factor=c.load_factor,
+                          kv=kv, health_interval_s=c.health_interval_s)
+
+
+def l2_from(args: RouterConfig, settings: RouterSettings) -> L2Lookup | None:
     if not args.l2_master:
         return None
     if args.policy != "kv":
@@ -110,7 +119,7 @@ def l2_from(args: argparse.Namespace, settings: RouterSettings) -> L2Lookup | No
         raise ValueError("--l2-master needs --l2-model (the model name LMCache puts in its keys)")
     from curvine_py.config import ClientConfig, load
     from curvine_py.router.l2 import CurvineL2
-    config = load(ClientConfig, section="client", flags={"master": args.l2_master, "token_file": args.l2_token_file})
+    config = load(ClientConfig, section="client", flags={"master": args.l2_master, "token_file": args.l2_token_file or None})
     return CurvineL2(config, model=args.l2_model, block_size=settings.kv.block_size, seed=settings.kv.seed,
                      chunk_size=args.l2_chunk_size, world_size=args.l2_world_size, dtype=args.l2_kv_dtype,
                      timeout_s=args.l2_timeout_ms / 1000.0)
@@ -130,11 +139,18 @@ async def _serve(router: Router) -> None:
 
 
 def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
-    setup_logging("router", socket.gethostname(), args.log_level, args.log_format)
+    cli = parser()
+    cli.set_defaults(**{f.name: None for f in dataclasses.fields(RouterConfig)})   # not given: TOML/env apply
+    args = cli.parse_args(argv)
     try:
-        settings = settings_from(args)
-        l2 = l2_from(args, settings)
+        config = config_from(args)
+    except (ValueError, OSError, CurvineError) as exc:
+        print(f"curvine-py router: {exc}", file=sys.stderr)
+        return 2
+    setup_logging("router", socket.gethostname(), config.log_level, args.log_format)
+    try:
+        settings = settings_from(config)
+        l2 = l2_from(config, settings)
         router = Router(settings, l2=l2)
     except (ValueError, FileNotFoundError) as exc:
         print(f"curvine-py router: {exc}", file=sys.stderr)
