@@ -26,16 +26,12 @@ class Reconciled:
 class BlockReports(Policies, Quotas):
     """What workers tell the master about the blocks they hold."""
 
-    def reconcile_blocks(self, worker_id: str, block_ids: Iterable[int]) -> list[int]:
+    def reconcile_report(self, worker_id: str, block_ids: Iterable[int]) -> Reconciled:
         """A worker's full block report at registration. Known blocks get this worker as a location,
         locations the worker no longer has are dropped (not those committed in the last
-        REPORT_GRACE_MS: the report may predate them), and the ids to delete on it are returned:
-        the unknown ones. Its pending deletions are cleared: a freed block it still has is unknown
-        now, so it is in the answer anyway."""
-        return list(self.reconcile_report(worker_id, block_ids).delete)
-
-    def reconcile_report(self, worker_id: str, block_ids: Iterable[int]) -> Reconciled:
-        """reconcile_blocks, also saying how many recorded copies the worker turned out not to have."""
+        REPORT_GRACE_MS: the report may predate them), and the ids to delete on it are returned
+        with how many recorded copies the worker turned out not to have. Its pending deletions
+        are cleared: a freed block it still has is unknown now, so it is in the answer anyway."""
         reported = sorted({b for b in block_ids})
         self.replica_changes += 1
         with self.transaction():
