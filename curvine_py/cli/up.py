@@ -3,7 +3,8 @@ with its lm:// port (node-local) and a FUSE mount under one data dir, on loopbac
 When everything serves it prints `master=HOST:PORT` (first, and written to DIR/master.addr), then
 the three LMCache settings ready to paste (the `fs://` URL on the mount's cache directory, which it
 creates with the `cache` policy; the `lm://` URL; the native plugin's `extra_config`), and writes
-one LMCache YAML example per way to DIR/lmcache-{fs,lm,plugin}.yaml. --no-mount and --no-lm turn
+one LMCache YAML example per way to DIR/lmcache-{fs,lm,plugin}.yaml. On LMCache >= 0.5.7 (no
+lm://) the lm:// way is replaced by the multiprocess native_plugin adapter (DIR/lmcache-native.json). --no-mount and --no-lm turn
 those parts off. --metrics-port turns on Prometheus /metrics on every role and --status-port the
 master's HTML status page, both bound on --host; their URLs are among the ready lines. Ctrl-C (or
 SIGTERM) stops everything cleanly, children first. A port already taken is named before anything
@@ -37,6 +38,7 @@ from curvine_py.config import (
 )
 from curvine_py.core.domain import StorageClass
 from curvine_py.core.errors import CurvineError, Unavailable
+from curvine_py.lmcache import adapters, compat
 from curvine_py.observe.roles import endpoint
 from curvine_py.procs import RoleProcess, curvine_command, start
 
@@ -81,15 +83,29 @@ class LmcacheSettings:
     fs_url: str | None
     lm_url: str | None
     plugin_extra_config: dict[str, str]
+    native_adapter: dict[str, object] | None = None   # `lmcache server --l2-adapter` (multiprocess)
 
 
-def settings_for(master: str, mountpoint: str | None, lm_address: str | None) -> LmcacheSettings:
+def lm_protocol_available() -> bool:
+    """lm:// only where the installed LMCache still has it (<= 0.5.6); LMCache absent from this
+    environment: assume the locked 0.5.6 that vLLM's side is documented with."""
+    try:
+        return compat.has_lm_protocol()
+    except ImportError:
+        return True
+
+
+def settings_for(master: str, mountpoint: str | None, lm_address: str | None,
+                 lm_ok: bool = True) -> LmcacheSettings:
     # LMCache 0.5.6 demands a host and a port in fs:// URLs and ignores both (docs/lmcache.md).
     fs_url = f"fs://localhost:0{mountpoint.rstrip('/')}{LMCACHE_DIR}" if mountpoint else None
     extra = {"remote_storage_plugin.curvine.module_path": "curvine_py.lmcache.connector",
              "remote_storage_plugin.curvine.class_name": "CurvineConnectorAdapter",
              "remote_storage_plugin.curvine.master": master}
-    return LmcacheSettings(fs_url, f"lm://{lm_address}" if lm_address else None, extra)
+    lm_url = f"lm://{lm_address}" if lm_address and lm_ok else None
+    # LMCache >= 0.5.7 has no lm://: its primary way is the multiprocess native_plugin adapter.
+    native = None if lm_ok else adapters.native_plugin(master)
+    return LmcacheSettings(fs_url, lm_url, extra, native)
 
 
 def yaml_examples(s: LmcacheSettings) -> dict[str, str]:
@@ -103,6 +119,8 @@ def yaml_examples(s: LmcacheSettings) -> dict[str, str]:
     files["lmcache-plugin.yaml"] = (f"{_ENV_HINT}# needs the curvine-py package in vLLM's environment"
                                     f" (and CURVINE_TOKEN when the cluster has a token)\n{_COMMON_YAML}"
                                     f'remote_storage_plugins: ["curvine"]\nextra_config:\n{extra}')
+    if s.native_adapter:
+        files["lmcache-native.json"] = json.dumps(s.native_adapter, indent=1) + "\n"
     return files
 
 
@@ -115,6 +133,8 @@ def settings_lines(s: LmcacheSettings, written: list[str]) -> list[str]:
         lines.append(f'lmcache lm://   remote_url: "{s.lm_url}"')
     lines.append('lmcache plugin  remote_storage_plugins: ["curvine"]  extra_config: '
                  + json.dumps(s.plugin_extra_config))
+    if s.native_adapter:
+        lines.append(f"lmcache server  --l2-adapter '{json.dumps(s.native_adapter)}'")
     lines.append("lmcache examples: " + " ".join(written))
     return lines
 
@@ -286,7 +306,8 @@ def main(argv: list[str]) -> int:
                 "mount", "--master", master.address, mountpoint, "--metrics-port", str(metrics["mount"]),
                 "--metrics-host", args.host), ready_prefix="mounted=", echo=args.verbose, env=secrets))
             make_cache_dir(master.address, token)
-        settings = settings_for(master.address, mountpoint, None if args.no_lm else worker.field("lm"))
+        settings = settings_for(master.address, mountpoint, None if args.no_lm else worker.field("lm"),
+                                lm_ok=lm_protocol_available())
         written = []
         for name, text in yaml_examples(settings).items():
             path = os.path.join(data_dir, name)

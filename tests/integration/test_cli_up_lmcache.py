@@ -1,14 +1,17 @@
 """Each of the three LMCache configs `curvine-py up` writes works with the real LMCache 0.5.6: one
 engine process stores through it and a fresh one (its local CPU tier off, so every hit is remote)
-looks up and retrieves bit-exactly, as the LMCache tests in tests/lmcache/ do."""
+looks up and retrieves bit-exactly, as the LMCache tests in tests/lmcache/ do. On LMCache >= 0.5.7
+(no lm://) `up` writes no lm:// example and prints the native_plugin adapter instead."""
 from __future__ import annotations
 
+import json
 import pathlib
 import signal
 
 import pytest
 import yaml
 
+from curvine_py.lmcache import adapters, compat
 from curvine_py.procs import curvine_command, start
 from tests.lmcache.curvine_lab import TOKENS, assert_full_hit, entries
 from tests.lmcache.harness import require_lmcache, store_and_retrieve
@@ -23,6 +26,12 @@ def test_up_lmcache_config_stores_and_retrieves(tmp_path: pathlib.Path, way: str
                                      "--worker-port", "0", "--lm-port", "0"),
                ready_prefix="lmcache examples:", timeout=90)
     try:
+        if way == "lm" and not compat.has_lm_protocol():
+            assert not (data_dir / "lmcache-lm.yaml").exists()
+            master = (data_dir / "master.addr").read_text().strip()
+            native = json.loads((data_dir / "lmcache-native.json").read_text())
+            assert native == adapters.native_plugin(master)
+            return
         config = yaml.safe_load((data_dir / f"lmcache-{way}.yaml").read_text())
         config["max_local_cpu_size"] = 0.5   # GB of local CPU buffer: the test box's memory, not a server's
         writer, reader = store_and_retrieve(config, tokens=TOKENS)
