@@ -138,6 +138,8 @@ def test_curvine_containers_run_real_subcommands_with_real_flags() -> None:
     assert checked == 4         # master, node plugin, worker, controller plugin
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     for name, service in compose["services"].items():
+        if service.get("image", "").split(":")[0] != IMAGE:
+            continue            # PostgreSQL's own image
         check_command(name, service["command"])
         if "healthcheck" in service:
             check_command(f"{name} healthcheck", service["healthcheck"]["test"][1:])
@@ -158,11 +160,20 @@ def test_the_command_check_catches_bad_commands(command: list[str]) -> None:
 def test_compose_file_is_valid_and_coherent() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"master", "worker-1", "worker-2", "mount", "csi"} <= set(services)
+    assert {"postgres", "master-1", "master-2", "worker-1", "worker-2", "mount", "csi"} <= set(services)
+    masters = ",".join(f"{name}:{flag(services[name]['command'], '--port')}" for name in ("master-1", "master-2"))
+    for name in ("master-1", "master-2"):
+        command = services[name]["command"]
+        master_main.parse_args(command[2:])
+        assert flag(command, "--meta").startswith("postgresql://curvine@postgres:5432/"), name
+        assert flag(command, "--advertise") == f"{name}:{flag(command, '--port')}", name
+        assert "pg-password" in services[name]["secrets"]
+        assert flag(command, "--meta-password-file") == "/run/secrets/pg-password"
+    assert "pg-password" in services["postgres"]["secrets"] and "pg-password" in compose["secrets"]
     for name in ("worker-1", "worker-2", "mount", "csi"):
         command = services[name]["command"]
-        assert flag(command, "--master") == "master:8995", name
-    assert (ROOT / services["master"]["build"]["dockerfile"]).exists()
+        assert flag(command, "--master") == masters, name
+    assert (ROOT / services["master-1"]["build"]["dockerfile"]).exists()
     csi_service = services["csi"]
     endpoint = flag(csi_service["command"], "--endpoint").removeprefix("unix://")
     assert any(v.split(":")[1] == str(pathlib.PurePath(endpoint).parent) for v in csi_service["volumes"])
