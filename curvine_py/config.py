@@ -91,6 +91,7 @@ class WorkerConfig:
     free_space_ratio: float = 0.10    # each data dir leaves this share of its file system free
     scrub_rate: int = 0               # background scrub, bytes/s re-read and verified; 0 = off
     metrics_port: int = 0             # Prometheus /metrics (observe/); 0 = off, -1 = any free port
+    profile_dir: str = ""             # cProfile each data-plane connection into this dir; "" = off
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,9 +16,6 @@ from curvine_py.worker.listener import ConnectionHandler
 log = logging.getLogger(__name__)
 
 
-PROFILE_ENV = "CURVINE_PROFILE_DIR"
-
-
 def profiled(run: Callable[[], None], directory: str, name: str) -> None:
     """`run()` under cProfile, its stats dumped to DIRECTORY/worker-NAME-PID-THREAD.prof. The clock is
     the thread's CPU time, so a wait for the peer costs nothing and what is left is the work."""

@@ -43,6 +43,7 @@ class ServerLimits:
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S      # 0 = never
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S  # 0 = never
     auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S      # 0 = never
+    profile_dir: str = ""               # each connection under cProfile, stats here; "" = off
 
     def __post_init__(self) -> None:
         if self.max_connections < 0 or self.max_per_peer < 0:

@@ -126,7 +126,7 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
 def server_limits(cfg: WorkerConfig) -> ServerLimits:
     return ServerLimits(max_connections=cfg.max_connections, max_per_peer=cfg.max_connections_per_peer,
                         idle_timeout_s=cfg.idle_timeout_s, header_timeout_s=cfg.header_timeout_s,
-                        auth_timeout_s=cfg.auth_timeout_s)
+                        auth_timeout_s=cfg.auth_timeout_s, profile_dir=cfg.profile_dir)
 
 
 def advertised_host(host: str) -> str:

@@ -91,7 +91,7 @@ from curvine_py.observe.local import HistogramChild
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 from curvine_py.rpc.auth import token_matches
 from curvine_py.transport import blocking
-from curvine_py.worker.connwrap import PROFILE_ENV, TlsConnections, profiled, tls_handler
+from curvine_py.worker.connwrap import TlsConnections, profiled, tls_handler
 from curvine_py.worker.limits import UNBOUNDED, ConnectionGate, ServerLimits
 from curvine_py.worker.listener import ConnectionHandler, Listener, bind_tcp
 from curvine_py.worker.refuser import Refuser, error_frame
@@ -519,10 +519,10 @@ class Session:
 
 def session_handler(store: Store, state: WorkerState, options: SessionOptions) -> ConnectionHandler:
     """Serves one data-plane connection (TCP or short-circuit) until EOF or garbage. With
-    CURVINE_PROFILE_DIR set (read once, here), each connection runs under cProfile and leaves its
-    stats in that directory when it ends (bench/kv_profile.py reads them)."""
+    `options.profile_dir` set (WorkerConfig.profile_dir), each connection runs under cProfile and
+    leaves its stats in that directory when it ends (bench/kv_profile.py reads them)."""
     listener: Literal["data", "shortcircuit"] = "shortcircuit" if options.pass_fds else "data"
-    profile_dir = os.environ.get(PROFILE_ENV, "")
+    profile_dir = options.profile_dir
 
     def serve(conn: socket.socket, peer: str) -> None:
         with state.metrics.connections.held(listener):

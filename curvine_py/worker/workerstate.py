@@ -59,9 +59,10 @@ class SessionOptions:
     idle_timeout_s: float = 0.0     # 0 = never (see the module docstring)
     header_timeout_s: float = 0.0
     auth_timeout_s: float = 0.0
+    profile_dir: str = ""           # cProfile each connection, stats here (worker/connwrap.py)
 
     @classmethod
     def bounded(cls, token: str, max_payload: int, limits: ServerLimits, *,
                 pass_fds: bool = False) -> SessionOptions:
         return cls(token, max_payload, pass_fds, limits.idle_timeout_s, limits.header_timeout_s,
-                   limits.auth_timeout_s)
+                   limits.auth_timeout_s, limits.profile_dir)
