@@ -50,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--tokenizer", metavar="FILE", help="the model's tokenizer.json (needed by --policy kv)")
     h.add_argument("--block-size", type=int, default=16, help="vLLM's --block-size, tokens (default 16)")
     h.add_argument("--hash-seed", help="the replicas' PYTHONHASHSEED (vLLM's NONE_HASH seed string; default \"0\")")
-    h.add_argument("--chat-template", choices=("chatml", "none"), default="chatml",
+    h.add_argument("--chat-template", choices=("chatml", "llama3", "none"), default="chatml",
                    help="how chat messages become the prompt that is hashed (default chatml; none: chat "
                         "requests predict no hit)")
     s = p.add_argument_group("policy tuning")

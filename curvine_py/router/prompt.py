@@ -1,10 +1,10 @@
 """What the router reads from an OpenAI request body: the prompt as text or token ids.
 
 `/v1/completions`: `prompt` is a string, a list of token ids, or a batch of either (the first one is
-routed on). `/v1/chat/completions`: `messages` are rendered with the ChatML template
-(`<|im_start|>{role}\\n{content}<|im_end|>\\n` ... `<|im_start|>assistant\\n`), the template of the
-Qwen family; vLLM renders with the model's own chat template, so for a model with another template
-the hashes of chat requests differ from vLLM's and the KV policy predicts no hit for them (the
+routed on). `/v1/chat/completions`: `messages` are rendered with the named template `--chat-template`:
+chatml (`<|im_start|>{role}\\n{content}<|im_end|>\\n` ... `<|im_start|>assistant\\n`, the Qwen
+family) or llama3 (`<|begin_of_text|>` and a header per message). vLLM renders with the model's
+own chat template, so for a model with another template the hashes of chat requests differ from vLLM's and the KV policy predicts no hit for them (the
 load still decides, never a wrong hit: `--chat-template none` turns chat hashing off).
 """
 from __future__ import annotations
@@ -60,11 +60,26 @@ def render_chatml(messages: list[Any]) -> str:
     return "".join(parts)
 
 
+def render_llama3(messages: list[Any]) -> str:
+    """Llama 3's template: the BOS text, a header per message, and the assistant header."""
+    parts = ["<|begin_of_text|>"]
+    for message in messages:
+        if not isinstance(message, dict):
+            raise PromptError("each message must be an object")
+        parts.append(f"<|start_header_id|>{message.get('role', 'user')}<|end_header_id|>\n\n"
+                     f"{_content(message.get('content')).strip()}<|eot_id|>")
+    parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
+    return "".join(parts)
+
+
+TEMPLATES = {"chatml": render_chatml, "llama3": render_llama3}
+
+
 class PromptReader:
     def __init__(self, tokenizer: Tokenizer | None = None, *, chat_template: str = "chatml",
                  add_special_tokens: bool = True) -> None:
-        if chat_template not in ("chatml", "none"):
-            raise ValueError(f"chat template {chat_template!r}: chatml or none")
+        if chat_template not in (*TEMPLATES, "none"):
+            raise ValueError(f"chat template {chat_template!r}: {', '.join(TEMPLATES)} or none")
         self.tokenizer = tokenizer
         self.chat_template = chat_template
         self.add_special_tokens = add_special_tokens
@@ -78,10 +93,10 @@ class PromptReader:
             raise FileNotFoundError(f"tokenizer file {path}: not found (a tokenizer.json)")
         return cls(Tokenizer.from_file(str(file)), **options)
 
-    def _encode(self, text: str) -> tuple[int, ...] | None:
+    def _encode(self, text: str, special: bool = True) -> tuple[int, ...] | None:
         if self.tokenizer is None:
             return None
-        return tuple(self.tokenizer.encode(text, add_special_tokens=self.add_special_tokens).ids)
+        return tuple(self.tokenizer.encode(text, add_special_tokens=self.add_special_tokens and special).ids)
 
     def read(self, path: str, body: dict[str, Any]) -> Prompt:
         salt = body.get("cache_salt")
@@ -90,8 +105,11 @@ class PromptReader:
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
                 raise PromptError("'messages' must be a non-empty list")
-            text = render_chatml(messages)
-            tokens = self._encode(text) if self.chat_template == "chatml" else None
+            if self.chat_template == "none":
+                return Prompt(TEMPLATES["chatml"](messages), None, salt)
+            text = TEMPLATES[self.chat_template](messages)
+            # the rendered text carries its own BOS (llama3), as vLLM's chat path tokenizes it
+            tokens = self._encode(text, special=self.chat_template == "chatml")
             return Prompt(text, tokens, salt)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and prompt and not all(isinstance(p, int) for p in prompt):

@@ -35,3 +35,19 @@ def test_unknown_toml_key_is_refused(tmp_path: pathlib.Path) -> None:
     toml.write_text("[router]\nweight_gpuu = 1.0\n")
     with pytest.raises(InvalidArgument, match="weight_gpuu"):
         load(RouterConfig, section="router", toml_path=str(toml), env={})
+
+
+def test_chat_templates_hash_differently_and_llama3_renders_as_reference(tokenizer_file: str) -> None:
+    from curvine_py.router.blockhash import block_hashes
+    from curvine_py.router.prompt import PromptReader
+    messages = [{"role": "system", "content": "You are terse. " * 20}, {"role": "user", "content": "Hi there"}]
+    body = {"messages": messages}
+    llama = PromptReader.from_file(tokenizer_file, chat_template="llama3").read("/v1/chat/completions", body)
+    chatml = PromptReader.from_file(tokenizer_file, chat_template="chatml").read("/v1/chat/completions", body)
+    assert llama.text == ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+                          + ("You are terse. " * 20).strip() + "<|eot_id|><|start_header_id|>user<|end_header_id|>"
+                          "\n\nHi there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert llama.tokens and chatml.tokens
+    assert block_hashes(llama.tokens, 4, "0") != block_hashes(chatml.tokens, 4, "0")
+    with pytest.raises(ValueError, match="llama3"):
+        PromptReader(None, chat_template="vicuna")
