@@ -5,8 +5,8 @@ permissions (default_permissions), attributes and names are cached 1 s, negative
 cached (LMCache polls with stat for a name another node may create at any moment), the page cache
 is kept across opens only of a file unchanged since it was cached (validate_cache, close-to-open
 with other nodes; `-o no_keep_cache` drops it at every open), 1 MiB requests and a raised
-read-ahead. `-o attr_timeout=S,entry_timeout=S,negative_timeout=S,writeback_cache,...` are accepted
-too, so `mount -t fuse`-style option strings (CSI) work unchanged.
+read-ahead. Every setting has a flag and an `-o` form, both made from one table (fuse/mountflags.py),
+so `mount -t fuse`-style option strings (CSI) reach what flags do.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from typing import Any
 
 from curvine_py.config import MountConfig, add_token_file_option, load, parse_master_list
 from curvine_py.core.errors import InvalidArgument
+from curvine_py.fuse import mountflags
 from curvine_py.observe.httpserve import check_port
 from curvine_py.observe.logs import add_log_format_flag
-from curvine_py.observe.roles import add_metrics_flag
 
 MAX_IO = 1 << 20                 # the kernel's largest FUSE request (max_pages 256)
 
@@ -91,80 +91,38 @@ class MountOptions:
 
 
 def parser() -> argparse.ArgumentParser:
-    defaults = MountConfig()
     p = argparse.ArgumentParser(prog="curvine-py mount", description="Mount the curvine namespace with FUSE.")
     p.add_argument("mountpoint")
-    p.add_argument("--master", help="HOST:PORT of the master, or a comma list of several masters "
-                                    "(the leader is found and followed); env CURVINE_MASTER")
-    p.add_argument("--subdir", help="mount this directory of the namespace (default /)")
-    p.add_argument("--token", help="shared secret (env CURVINE_TOKEN; visible in ps: prefer --token-file)")
+    mountflags.add_flags(p)
     add_token_file_option(p)
-    p.add_argument("--node", help="node name for placement/short-circuit (default: hostname)")
     p.add_argument("-o", dest="options", action="append", default=[],
-                   help="comma-separated mount options: allow_other, default_permissions, ro, fsname=..., "
-                        "attr_timeout=S, entry_timeout=S, negative_timeout=S, writeback_cache, direct_io, "
-                        "keep_cache, no_keep_cache")
-    p.add_argument("--attr-timeout", type=float,
-                   help=f"seconds the kernel caches attributes (default {defaults.attr_timeout:g})")
-    p.add_argument("--entry-timeout", type=float,
-                   help=f"seconds the kernel caches names (default {defaults.entry_timeout:g})")
-    p.add_argument("--negative-timeout", type=float,
-                   help="seconds a missing name is cached (default 0: never, as LMCache needs)")
-    p.add_argument("--writeback-cache", action="store_true", default=None,
-                   help="kernel write-back cache (faster small writes, slower large ones)")
-    p.add_argument("--direct-io", action="store_true", default=None, help="bypass the page cache")
-    p.add_argument("--keep-cache", action="store_true", default=None,
-                   help="keep the page cache at every open (other nodes' writes may be missed)")
-    p.add_argument("--no-keep-cache", dest="validate_cache", action="store_false", default=None,
-                   help="drop the page cache at every open (default: kept for files unchanged since cached)")
-    p.add_argument("--deadline", type=float,
-                   help=f"seconds any operation may take before it fails (default {defaults.deadline_s:g})")
-    p.add_argument("--read-ahead-kb", type=int,
-                   help=f"kernel read-ahead of the mount (default {defaults.read_ahead_kb})")
-    p.add_argument("--max-tasks", type=int,
-                   help=f"concurrent FUSE requests served (default {defaults.max_tasks})")
+                   help="comma-separated mount options: the settings above by their -o names ("
+                        + ", ".join(mountflags.option_names())
+                        + ") and libfuse's own (allow_other, noallow_other, default_permissions, ro, rw, "
+                          "fsname=..., ...)")
     p.add_argument("--force", action="store_true",
                    help="recover a stale mountpoint (or replace a live mount): lazy unmount, then mount")
     p.add_argument("--config", help="TOML config file ([mount] and [client] sections)")
-    p.add_argument("--log-level", help="DEBUG, INFO, WARNING... (env CURVINE_LOG_LEVEL)")
     add_log_format_flag(p)
-    add_metrics_flag(p)
-    p.add_argument("--metrics-host", help=f"address of the /metrics port (default {defaults.metrics_host})")
     return p
-
-
-def _seconds(name: str, value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise InvalidArgument(f"{name}={value!r} is not a number of seconds") from None
-    if seconds < 0:
-        raise InvalidArgument(f"{name} must be >= 0")
-    return seconds
 
 
 def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions:
     args = parser().parse_args(argv)
-    flags: dict[str, Any] = {}
     # Root mounts serve every user by default (a shared cluster, CSI volumes); the kernel still
     # checks permissions (default_permissions). `-o noallow_other` keeps it to the mounting user.
     fuse_options = {"default_permissions"} | ({"allow_other"} if os.geteuid() == 0 else set())
+    given: dict[str, dict[str, Any]] = {"-o": {}, "flags": mountflags.flag_values(args)}
     for group in args.options:
         for item in (o.strip() for o in group.split(",")):
             if not item:
                 continue
             key, eq, value = item.partition("=")
-            if key in ("attr_timeout", "entry_timeout", "negative_timeout"):
-                flags[key] = _seconds(key, value)
+            setting = mountflags.option_value(key, eq, value)
+            if setting is not None:
+                given["-o"][setting[0]] = setting[1]
             elif key == "noallow_other" and not eq:
                 fuse_options.discard("allow_other")
-            elif key in ("writeback_cache", "direct_io", "keep_cache") and not eq:
-                flags[key] = True
-            elif key == "no_keep_cache" and not eq:
-                flags["validate_cache"] = False
-            elif key in ("relatime", "strictatime", "noatime") and not eq:
-                # The mount updates atimes itself (fuse/atime.py); libfuse refuses strictatime.
-                flags["atime"] = key
             elif (key in _LIBFUSE_FLAGS and not eq) or (key in _LIBFUSE_VALUED and eq):
                 if key == "rw":
                     fuse_options.discard("ro")
@@ -175,20 +133,8 @@ def parse(argv: list[str], env: Mapping[str, str] | None = None) -> MountOptions
                 fuse_options.add(item)
             else:
                 raise InvalidArgument(f"unknown mount option {item!r}")
-    for key in ("attr_timeout", "entry_timeout", "negative_timeout"):
-        value = getattr(args, key)
-        if value is not None:
-            flags[key] = _seconds(key, str(value))
-    for key in ("writeback_cache", "direct_io", "keep_cache"):
-        if getattr(args, key):
-            flags[key] = True
-    if args.validate_cache is False:
-        flags["validate_cache"] = False
-    flags.update({"master": args.master, "token": args.token, "token_file": args.token_file, "node": args.node,
-                  "subdir": args.subdir,
-                  "deadline_s": args.deadline, "read_ahead_kb": args.read_ahead_kb,
-                  "max_tasks": args.max_tasks, "log_level": args.log_level,
-                  "metrics_port": args.metrics_port, "metrics_host": args.metrics_host})
+    # -o and flags are one layer (the command line); a flag given too wins over its -o form.
+    flags: dict[str, Any] = {**given["-o"], **given["flags"], "token_file": args.token_file}
     cfg = load(MountConfig, section="mount", toml_path=args.config, flags=flags, env=env)
     if cfg.keep_cache and not cfg.validate_cache:
         raise InvalidArgument("keep_cache and no_keep_cache contradict each other: give one")
