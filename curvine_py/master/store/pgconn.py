@@ -515,7 +515,9 @@ class PgWriter:
         self._open = self._lazy = False
         if last is not None and not (self.conn.closed or self.conn.broken):
             try:
+                # An aborted or open transaction would refuse (or hold back) the statement.
+                self.conn.rollback()
                 self.conn.execute(last[0], last[1])
             except psycopg.Error as exc:    # the session is going anyway
-                log.debug("last statement before closing failed: %s", exc)
+                log.warning("last statement before closing failed: %s", exc)
         self.conn.close()

@@ -316,7 +316,8 @@ class PgEngine:
             # Given up before the session closes: a closed socket releases the lock only once the
             # server's backend has noticed and exited, and a master (or a test) reopening at once
             # would meanwhile be told that another master leads.
-            self.writer.close(last=("SELECT pg_advisory_unlock(%s)", (LEADER_KEY,)))
+            # unlock_all: a session lock taken twice is held until unlocked twice.
+            self.writer.close(last=("SELECT pg_advisory_unlock_all()", ()))
 
 
 def open_engine(url: MetaURL, *, advertise: str = "", lease: Lease | None = None, **options: Any) -> Any:
