@@ -468,10 +468,17 @@ class MasterService(master_pb2_grpc.MasterServicer):
             if dropped:
                 log.info("gave up %d blocks allocated but never committed", dropped)
 
+# A connection that has not finished its HTTP/2 (and TLS) handshake by then is closed: a peer that
+# opens sockets and sends nothing holds no file descriptor for longer (real clients send the
+# preface at once). Issue 29: 1,100 silent sockets used to exhaust the master's 1,024 fds.
+HANDSHAKE_TIMEOUT_MS = 10_000
+
+
 def server_options() -> list[tuple[str, int]]:
     # The callers' keepalive pings (rpc/channel.py, every second, also without calls) are allowed:
     # gRPC's default would answer them with GOAWAY "too many pings".
-    return [("grpc.max_send_message_length", MAX_MESSAGE),
+    return [("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
+            ("grpc.max_send_message_length", MAX_MESSAGE),
             ("grpc.max_receive_message_length", MAX_MESSAGE),
             ("grpc.so_reuseport", 0),
             ("grpc.keepalive_permit_without_calls", 1),
