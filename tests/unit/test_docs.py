@@ -480,3 +480,14 @@ def test_every_doc_is_linked_from_the_index() -> None:
 def test_the_readme_links_the_index_and_operations() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "(docs/README.md)" in readme and "(docs/operations.md)" in readme
+
+
+_COMMIT_HASH = re.compile(r"(?<!\w)(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?!\w)", re.IGNORECASE)
+
+
+def test_benchmarks_page_holds_current_figures_only() -> None:
+    """docs/benchmarks.md is what a user reads: the current figures, short; history lives in git."""
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert len(text.splitlines()) < 400
+    hashes = sorted(set(_COMMIT_HASH.findall(text)))
+    assert not hashes, f"docs/benchmarks.md names commit-hash-like tokens: {hashes}"
