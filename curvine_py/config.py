@@ -54,6 +54,7 @@ class MasterConfig:
     status_port: int = 0            # read-only HTML status page; 0 = off, -1 = any free port
     advertise: str = ""             # HOST:PORT standby masters name for this one; default: host:port
     leader_lease_ms: int = 3000     # PostgreSQL: a leader that did not renew this long is replaced
+    log_level: str = "INFO"         # DEBUG, INFO, WARNING...
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,7 +77,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--repair-rate", help="bytes/s the re-replication of under-replicated blocks may copy, "
                                          "e.g. 64MiB (0 = off; default 64MiB)")
     p.add_argument("--config", help="TOML file; its [master] table sets defaults")
-    p.add_argument("--log-level", default=os.environ.get("CURVINE_LOG_LEVEL", "INFO"))
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING... (env CURVINE_LOG_LEVEL; default INFO)")
     add_log_format_flag(p)
     add_metrics_flag(p)
     add_status_flag(p)
@@ -91,7 +91,7 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
         "insecure": args.insecure, "lease_ms": args.lease_ms, "heartbeat_interval_ms": args.heartbeat_ms,
         "dir_lease_ms": args.dir_lease_ms, "unlink_grace_ms": args.unlink_grace_ms,
         "session_timeout_ms": args.session_timeout_ms, "leader_lease_ms": args.leader_lease_ms,
-        "metrics_port": args.metrics_port, "status_port": args.status_port,
+        "metrics_port": args.metrics_port, "status_port": args.status_port, "log_level": args.log_level,
         "block_size": config.parse_size(args.block_size) if args.block_size else None,
         "repair_rate": config.parse_size(args.repair_rate) if args.repair_rate else None,
     }
@@ -301,9 +301,12 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    setup_logging("master", socket.gethostname(), args.log_level, args.log_format)
+    # Logging first (a bad config is reported in the chosen format), at the level the layered
+    # config settles on once it is read.
+    setup_logging("master", socket.gethostname(), args.log_level or "INFO", args.log_format)
     try:
         cfg = load_config(args)
+        logging.getLogger().setLevel(cfg.log_level.upper())
         return serve(cfg, meta_url(args, cfg))
     except CurvineError as exc:
         log.error("%s", exc.message)
