@@ -184,8 +184,8 @@ def _git_commit() -> str:
 def machine_line(info: dict[str, Any]) -> str:
     return (
         f"Ran {info['date']} on {info['cpus']} x {info['cpu']}, {info['memory_gib']} GiB, Linux "
-        f"{info['kernel']}, Python {info['python']}, commit {info['commit'] or '?'} "
-        f"(load average at start {info['loadavg_at_start'][0]})."
+        f"{info['kernel']}, Python {info['python']} (load average at start "
+        f"{info['loadavg_at_start'][0]}; the commit measured is in the JSON)."
     )
 
 

@@ -372,7 +372,8 @@ def _ran(results: pathlib.Path, name: str) -> str:
         info = json.loads((results / f"{name}.json").read_text())["machine"]
     except (OSError, ValueError, KeyError, TypeError):
         return ""
-    return f" (run of {info.get('date', '?')}, commit {info.get('commit') or '?'})"
+    # The commit stays in the JSON: the doc shows current figures, not history.
+    return f" (run of {info.get('date', '?')})"
 
 
 def doc_section(results: pathlib.Path = RESULTS, doc: pathlib.Path = DOC) -> str:
