@@ -6,8 +6,7 @@ The mount's side: parsing a 512-entry reply; turning it into core's values
 its names, as a hot-directory prefetch that pays does (fuse/names.py), or all of them (a stat
 of every name, the worst case for building an Attr on first read). The master's: the store's
 readdir from SQLite (rows -> core's values); domain -> protobuf -> bytes; and, for scale, as many
-lookup/getattr replies (an AttrReply each). The figures behind docs/benchmarks.md
-notes:restructuring.
+lookup/getattr replies (an AttrReply each).
 
     .venv/bin/python -m bench.convert_cost [--entries 512] [--repeats 9]
     .venv/bin/python -m bench.convert_cost ab OUT.json NAME=CHECKOUT NAME=CHECKOUT [--repeats 31]

@@ -1,5 +1,5 @@
-"""Python and C calls per operation in the mount process (or the master's: --role master), for comparing checkouts (issue 9's
-1-thread stat row, docs/benchmarks.md notes:restructuring). Calls do not depend on the load of the
+"""Python and C calls per operation in the mount process (or the master's: --role master), for comparing checkouts.
+Calls do not depend on the load of the
 machine, as rates and CPU times do, so two checkouts compare exactly on a busy box.
 
     .venv/bin/python -m bench.fuse_calls OUT.json NAME=CHECKOUT [NAME=CHECKOUT ...] [--files N] [--top K]

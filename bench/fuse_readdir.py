@@ -1,5 +1,4 @@
-"""Large directories through the mount and through the library, for comparing checkouts (issue
-9: the cost of a ReadDir page since the domain-type layer, docs/benchmarks.md notes:restructuring):
+"""Large directories through the mount and through the library, for comparing checkouts:
 `ls` of a 10k-entry directory (readdirplus pages of 512 from the master), `ls -l` (then an lstat
 and an lgetxattr of security.selinux per name), that lgetxattr alone (of the first 2,000 names), a
 `stat` of every name in name order (after the kernel's entries expired: the mount's hot-directory

@@ -1,7 +1,7 @@
 """Two rows of bench fuse, fast and focused: 1-thread stat (kernel caches expired) and unlink,
 through the mount and through the library, with the CPU the mount, the master and this process
 spend per operation (from /proc: user+system, system alone, and the mount's by thread name), for
-comparing checkouts (issue 9's before/after, docs/benchmarks.md notes:restructuring).
+comparing checkouts (before/after a change).
 
     PYTHONPATH=CHECKOUT .venv/bin/python bench/fuse_rows.py one OUT.json [--files N] [--repeats R] [--seq-mib M]
     .venv/bin/python bench/fuse_rows.py ab OUT.json NAME=CHECKOUT NAME=CHECKOUT [--rounds K] ...

@@ -48,8 +48,8 @@ def _counted(op: str, handler: Handler, metrics: MountMetrics, tally: KvTally) -
     # Every child resolved once, here, each a local child (observe/local.py), and the access
     # counts in the mount's tally (observe/tally.py): a `labels()` call per request, then
     # prometheus-client's own `inc` and `observe`, were most of what the wrapper cost a `stat`
-    # (docs/benchmarks.md notes:restructuring). Counts are bumped on the attributes themselves,
-    # not through `inc()`: one Python call fewer per request, on the one writer thread both allow.
+    # (bench.fuse_calls). Counts are bumped on the attributes themselves, not through `inc()`:
+    # one Python call fewer per request, on the one writer thread both allow.
     requests = metrics.requests.labels(op=op)
     latency = metrics.request_latency.labels(op=op)
 

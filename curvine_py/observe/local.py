@@ -6,7 +6,7 @@ code uses: `labels(**one_label).inc(n)` and `.observe(seconds)`.
 
 Why: prometheus-client's `inc` and `observe` are four Python calls and a lock each; a mount `stat`
 (a LOOKUP and a GETATTR) paid 14 of its 127 Python calls there, the largest part of what it cost
-more since the request metrics came (docs/benchmarks.md notes:restructuring). Here `inc` is one
+more since the request metrics came (bench.fuse_calls). Here `inc` is one
 call and an add, `observe` one call, a C bisect and two adds.
 
 Concurrency: each child has one writer thread. The scrape thread only reads: an int or a float

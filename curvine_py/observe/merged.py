@@ -8,7 +8,7 @@ folds it into the family's totals once its writer is done.
 
 Why: prometheus-client's `observe` is five Python calls and two locks; every data-plane request of
 a worker made one (its duration by op), a measurable share of the ~58 calls a small get costs the
-worker (docs/benchmarks.md notes:datapath). A part's `observe` is one call, a C bisect and two adds.
+worker. A part's `observe` is one call, a C bisect and two adds.
 
 Concurrency: a part has one writer thread; the scrape thread only reads it (an int or a float read
 is atomic under the GIL, so a scrape is consistent in itself, its `_sum` may miss the observation
