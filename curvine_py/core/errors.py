@@ -1,8 +1,9 @@
 """The one exception hierarchy of curvine-py and its errno identity.
 
 Every error that crosses a boundary is a `CurvineError` carrying a Linux errno. Each boundary maps
-it with one table: gRPC status (rpc/errors.py), data-plane frames (errno field), FUSE
-(`FUSEError(errno)`), CSI status. Subclasses exist for the errors callers branch on.
+it with one table: gRPC status (`STATUS_BY_ERRNO` here, turned into codes by rpc/errors.py and
+csi/errors.py), data-plane frames (errno field), FUSE (`FUSEError(errno)`). Subclasses exist for
+the errors callers branch on.
 """
 from __future__ import annotations
 
@@ -151,6 +152,10 @@ _BY_ERRNO: dict[int, type[CurvineError]] = {
 
 
 _BY_ERRNO[Busy.errno] = Busy
+# Other ways a peer cannot be reached (nothing listens, the connection dropped): Unavailable too,
+# so a caller that fails over on Unavailable also does on these, and the errno says which.
+UNAVAILABLE_ERRNOS = frozenset({_errno.EHOSTUNREACH, _errno.ECONNREFUSED, _errno.ECONNRESET,
+                                _errno.ENOTCONN, _errno.ENETUNREACH})
 # Other error replies that mean "this server cannot take the request now" (a worker that answers
 # the OSError of an open or accept), not "the request is wrong": Busy too, with their own errno.
 BUSY_ERRNOS = frozenset({_errno.EAGAIN, _errno.EMFILE, _errno.ENFILE, _errno.ENOBUFS, _errno.ENOMEM})
@@ -158,8 +163,49 @@ BUSY_ERRNOS = frozenset({_errno.EAGAIN, _errno.EMFILE, _errno.ENFILE, _errno.ENO
 
 def from_errno(code: int, message: str = "") -> CurvineError:
     """Rebuilds the most specific error class for an errno received over the wire."""
-    cls = Busy if code in BUSY_ERRNOS else _BY_ERRNO.get(code, CurvineError)
-    return cls(message, errno=code)
+    if code in BUSY_ERRNOS:
+        return Busy(message, errno=code)
+    if code in UNAVAILABLE_ERRNOS:
+        return Unavailable(message, errno=code)
+    return _BY_ERRNO.get(code, CurvineError)(message, errno=code)
+
+
+# errno -> gRPC status *name* (grpc.StatusCode[name]), the one table of the master's and the CSI
+# driver's replies; core/ names the codes so it need not import grpc.
+STATUS_BY_ERRNO: dict[int, str] = {
+    _errno.ENOENT: "NOT_FOUND",
+    _errno.ENODATA: "NOT_FOUND",                # missing xattr
+    _errno.EEXIST: "ALREADY_EXISTS",
+    _errno.ENOTEMPTY: "FAILED_PRECONDITION",
+    _errno.ENOTDIR: "FAILED_PRECONDITION",
+    _errno.EISDIR: "FAILED_PRECONDITION",
+    _errno.ESTALE: "FAILED_PRECONDITION",       # stale membership epoch: refresh, then retry
+    _errno.ELOOP: "FAILED_PRECONDITION",        # too many symlinks in a path
+    _errno.EBUSY: "FAILED_PRECONDITION",        # in use (CSI DeleteVolume: "Volume in use")
+    _errno.EACCES: "PERMISSION_DENIED",
+    _errno.EPERM: "PERMISSION_DENIED",
+    _errno.EINVAL: "INVALID_ARGUMENT",
+    _errno.E2BIG: "INVALID_ARGUMENT",           # xattr value too large
+    _errno.ENAMETOOLONG: "INVALID_ARGUMENT",
+    _errno.ERANGE: "OUT_OF_RANGE",              # xattr name too long
+    _errno.EFBIG: "OUT_OF_RANGE",
+    _errno.ENOSPC: "RESOURCE_EXHAUSTED",
+    _errno.EDQUOT: "RESOURCE_EXHAUSTED",        # a directory quota
+    _errno.EHOSTUNREACH: "UNAVAILABLE",
+    _errno.ECONNREFUSED: "UNAVAILABLE",
+    _errno.ENOTCONN: "UNAVAILABLE",
+    _errno.ETIMEDOUT: "DEADLINE_EXCEEDED",
+    _errno.EOPNOTSUPP: "UNIMPLEMENTED",
+    _errno.EIO: "INTERNAL",                     # also every non-Curvine exception (a bug)
+}
+# The one fallback: an errno the table does not know is an error space the caller cannot act on,
+# gRPC's UNKNOWN (the errno itself still travels in the master's trailing metadata).
+FALLBACK_STATUS = "UNKNOWN"
+
+
+def status_name(code: int) -> str:
+    """The gRPC status name a CurvineError with this errno is answered with."""
+    return STATUS_BY_ERRNO.get(code, FALLBACK_STATUS)
 
 
 def errno_name(code: int) -> str:

@@ -1,5 +1,5 @@
-"""The CSI boundary: CurvineError -> gRPC status code (one table), and the decorator every CSI
-handler wears, so a handler raises and never sets codes by hand.
+"""The CSI boundary: CurvineError -> gRPC status code (the one table of core/errors.py), and the
+decorator every CSI handler wears, so a handler raises and never sets codes by hand.
 
 `CsiError` carries a status code chosen by the handler itself (validation, spec-mandated codes);
 a `CurvineError` from the client is mapped by errno; anything else is a bug: INTERNAL, logged
@@ -7,7 +7,6 @@ with its traceback.
 """
 from __future__ import annotations
 
-import errno as E
 import functools
 import logging
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from curvine_py.core.errors import CurvineError
+from curvine_py.core.errors import CurvineError, status_name
 
 log = logging.getLogger(__name__)
 
@@ -49,29 +48,13 @@ def internal(message: str) -> CsiError:
     return CsiError(grpc.StatusCode.INTERNAL, message)
 
 
-# errno of a CurvineError from the cluster -> the CSI status a CO acts on.
-_STATUS_BY_ERRNO: dict[int, grpc.StatusCode] = {
-    E.ENOENT: grpc.StatusCode.NOT_FOUND,
-    E.EEXIST: grpc.StatusCode.ALREADY_EXISTS,
-    E.EINVAL: grpc.StatusCode.INVALID_ARGUMENT,
-    E.ENAMETOOLONG: grpc.StatusCode.INVALID_ARGUMENT,
-    E.ENOTDIR: grpc.StatusCode.FAILED_PRECONDITION,
-    E.ENOTEMPTY: grpc.StatusCode.FAILED_PRECONDITION,
-    E.EACCES: grpc.StatusCode.PERMISSION_DENIED,
-    E.EPERM: grpc.StatusCode.PERMISSION_DENIED,
-    E.ENOSPC: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    E.EDQUOT: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    E.EFBIG: grpc.StatusCode.OUT_OF_RANGE,
-    E.EHOSTUNREACH: grpc.StatusCode.UNAVAILABLE,
-    E.ETIMEDOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
-    E.EOPNOTSUPP: grpc.StatusCode.UNIMPLEMENTED,
-    E.EBUSY: grpc.StatusCode.FAILED_PRECONDITION,
-    E.ENOTCONN: grpc.StatusCode.UNAVAILABLE,
-}
-
-
 def status_for(exc: CurvineError) -> grpc.StatusCode:
-    return _STATUS_BY_ERRNO.get(exc.errno, grpc.StatusCode.INTERNAL)
+    """The status a CO acts on for a CurvineError from the cluster: the one errno table
+    (core/errors.py), shared with the master's replies. No CSI override is needed: the codes the
+    spec mandates per RPC (e.g. NOT_FOUND for an unknown volume id) are raised as CsiError by the
+    handlers, and the table's codes already match the spec's general meanings (EBUSY is
+    FAILED_PRECONDITION as "Volume in use", unreachable peers UNAVAILABLE so the CO retries)."""
+    return grpc.StatusCode[status_name(exc.errno)]
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -1,8 +1,9 @@
-"""CurvineError <-> gRPC status, one table.
+"""CurvineError <-> gRPC status, with the one errno table of core/errors.py.
 
 The server aborts with the status code of the table and the errno name in trailing metadata
 `curvine-errno`; the client rebuilds the exact `CurvineError` subclass from it. Transport failures
-(UNAVAILABLE, DEADLINE_EXCEEDED without our metadata) become `Unavailable` / `Timeout`.
+(UNAVAILABLE, DEADLINE_EXCEEDED without our metadata) become `Unavailable` / `Timeout`; a master
+that refused the connection is ECONNREFUSED, not EHOSTUNREACH, so the message says what happened.
 """
 from __future__ import annotations
 
@@ -21,30 +22,6 @@ log = logging.getLogger(__name__)
 
 ERRNO_METADATA = "curvine-errno"
 
-_STATUS_BY_ERRNO: dict[int, grpc.StatusCode] = {
-    E.ENOENT: grpc.StatusCode.NOT_FOUND,
-    E.ENODATA: grpc.StatusCode.NOT_FOUND,
-    E.EEXIST: grpc.StatusCode.ALREADY_EXISTS,
-    E.ENOTEMPTY: grpc.StatusCode.FAILED_PRECONDITION,
-    E.ENOTDIR: grpc.StatusCode.FAILED_PRECONDITION,
-    E.EISDIR: grpc.StatusCode.FAILED_PRECONDITION,
-    E.ESTALE: grpc.StatusCode.FAILED_PRECONDITION,
-    E.EACCES: grpc.StatusCode.PERMISSION_DENIED,
-    E.EPERM: grpc.StatusCode.PERMISSION_DENIED,
-    E.EINVAL: grpc.StatusCode.INVALID_ARGUMENT,
-    E.E2BIG: grpc.StatusCode.INVALID_ARGUMENT,        # xattr value too large
-    E.ERANGE: grpc.StatusCode.OUT_OF_RANGE,           # xattr name too long
-    E.ELOOP: grpc.StatusCode.FAILED_PRECONDITION,     # too many symlinks in a path
-    E.ENAMETOOLONG: grpc.StatusCode.INVALID_ARGUMENT,
-    E.ENOSPC: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    E.EDQUOT: grpc.StatusCode.RESOURCE_EXHAUSTED,      # a directory quota
-    E.EFBIG: grpc.StatusCode.OUT_OF_RANGE,
-    E.EHOSTUNREACH: grpc.StatusCode.UNAVAILABLE,
-    E.ETIMEDOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
-    E.EOPNOTSUPP: grpc.StatusCode.UNIMPLEMENTED,
-    E.EIO: grpc.StatusCode.INTERNAL,
-}
-
 _ERRNO_BY_STATUS: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.UNAVAILABLE: E.EHOSTUNREACH,
     grpc.StatusCode.DEADLINE_EXCEEDED: E.ETIMEDOUT,
@@ -59,8 +36,19 @@ _ERRNO_BY_STATUS: dict[grpc.StatusCode, int] = {
 }
 
 
+# grpc's words (C core) when the TCP connect was refused: nothing listens at the address. Not
+# "failed to connect" alone: grpc says that for no route to host and DNS failures too.
+_REFUSED_MARKERS = ("connection refused",)
+
+
 def status_for(exc: CurvineError) -> grpc.StatusCode:
-    return _STATUS_BY_ERRNO.get(exc.errno, grpc.StatusCode.UNKNOWN)
+    return grpc.StatusCode[errors.status_name(exc.errno)]
+
+
+def _transport_errno(code: grpc.StatusCode, details: str) -> int:
+    if code is grpc.StatusCode.UNAVAILABLE and any(m in details.lower() for m in _REFUSED_MARKERS):
+        return E.ECONNREFUSED
+    return _ERRNO_BY_STATUS.get(code, E.EIO)
 
 
 def from_rpc_error(exc: grpc.RpcError) -> CurvineError:
@@ -72,8 +60,7 @@ def from_rpc_error(exc: grpc.RpcError) -> CurvineError:
         if item.key == ERRNO_METADATA:
             value = item.value.decode() if isinstance(item.value, bytes) else str(item.value)
             return errors.from_errno(errors.errno_from_name(value), details or "")
-    code_errno = _ERRNO_BY_STATUS.get(code, E.EIO)
-    return errors.from_errno(code_errno, f"{code.name}: {details}")
+    return errors.from_errno(_transport_errno(code, details or ""), f"{code.name}: {details}")
 
 
 F = TypeVar("F", bound=Callable[..., Any])
