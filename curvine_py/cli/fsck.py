@@ -8,7 +8,11 @@ master's metadata against the workers' inventories and, with --scrub, against th
 2. With --scrub: every recorded copy on a live worker is re-read and verified by that worker
    (data-plane SCRUB, chunk by chunk against the digests written with it), page by page through
    the master at --scrub-rate verified bytes/s for the whole cluster. A corrupt copy is dropped
-   by its worker (never served) and from the metadata, and named in the output.
+   by its worker (never served) and from the metadata, and named in the output. Then every live
+   worker verifies its KV objects (which the master does not record), page by page at the same
+   rate (data-plane SCRUB_KV); a corrupt object is dropped by its worker (a get misses, never
+   returns wrong bytes) and named with its key and worker. KV objects are a cache: a dropped one
+   is not repaired, the next put stores it again.
 3. The metadata's own consistency check (names, links, blocks, locations, quota counters).
 4. Replica counts against each directory's policy: under-replicated, lost (no live copy), surplus.
 5. With --repair: repair rounds (re-replication at the master's --repair-rate: corrupt copies found
@@ -16,11 +20,13 @@ master's metadata against the workers' inventories and, with --scrub, against th
    not be (lost blocks, no worker left to take a copy) is said.
 
 Exit 0 only when clean: no metadata problem, no missing, orphan or corrupt copy found (with
---repair: none left unfixed), no copy the scrub could not check, nothing under-replicated or lost.
+--repair: none left unfixed), no corrupt KV object, no copy or worker the scrub could not check,
+nothing under-replicated or lost.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -28,10 +34,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from curvine_py.cli.common import add_client_options, client_from, run_tool
+from curvine_py.client import CurvineClient
 from curvine_py.client.master import MasterClient
+from curvine_py.client.membership import WorkerAddress
+from curvine_py.client.workerio import WorkerIO
 from curvine_py.config import parse_size
 from curvine_py.core.cluster import CorruptCopy, FsckReport, Inventory
-from curvine_py.core.errors import Timeout
+from curvine_py.core import frames
+from curvine_py.core.errors import CurvineError, Timeout
 from curvine_py.rpc.convert import fsck_as_dict, inventory_as_dict
 
 INVENTORY_DEADLINE_S = 60.0     # workers re-register at their next heartbeat (1 s by default)
@@ -40,6 +50,9 @@ POLL_S = 0.2
 REPAIR_RPC_TIMEOUT_S = 300.0    # one repair round copies up to a few hundred blocks
 SCRUB_RPC_TIMEOUT_S = 120.0     # one page is ~5 s of work on the master, plus one copy's verify
 DEFAULT_SCRUB_RATE = "64MiB"
+KV_PAGE_S = 2.0                 # a SCRUB_KV page's bytes: this many seconds at the scrub rate
+KV_PAGE_MIN = 1024 * 1024       # ...but at least this many (a page verifies one object at least)
+KV_PAGE_UNLIMITED = 256 * 1024 * 1024
 SHOWN = 50                      # corrupt/missing copies and errors listed in the text output
 
 
@@ -64,13 +77,17 @@ class ScrubTotals:
     corrupt: list[CorruptCopy] = field(default_factory=list)
     missing: list[CorruptCopy] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    kv_objects: int = 0
+    kv_bytes: int = 0
+    kv_corrupt: list[tuple[str, str]] = field(default_factory=list)    # (worker id, key)
 
     def as_dict(self) -> dict[str, Any]:
         def copy(c: CorruptCopy) -> dict[str, Any]:
             return {"blockId": f"{c.block_id:x}", "workerId": c.worker_id, "path": c.path, "reason": c.reason}
         return {"copies": self.copies, "bytes": self.bytes, "skipped": self.skipped,
                 "corrupt": [copy(c) for c in self.corrupt], "missing": [copy(c) for c in self.missing],
-                "errors": self.errors}
+                "errors": self.errors, "kvObjects": self.kv_objects, "kvBytes": self.kv_bytes,
+                "kvCorrupt": [{"workerId": w, "key": k} for w, k in self.kv_corrupt]}
 
 
 def collect_inventories(master: MasterClient, deadline_s: float = INVENTORY_DEADLINE_S, *,
@@ -101,6 +118,42 @@ def scrub(master: MasterClient, rate: int) -> ScrubTotals:
         after = page.next_after
 
 
+def scrub_kv(client: CurvineClient, rate: int, totals: ScrubTotals) -> None:
+    """Every live worker verifies its KV objects, one worker after another (so `rate` holds for the
+    whole cluster), page by page. A worker that fails to answer is named in the errors."""
+    budget = max(KV_PAGE_MIN, int(rate * KV_PAGE_S)) if rate else KV_PAGE_UNLIMITED
+    # The client's data timeout bounds each wait: a page (one large object at a slow rate) may
+    # take longer than a get, so these calls wait up to SCRUB_RPC_TIMEOUT_S.
+    io = WorkerIO(dataclasses.replace(client.config, data_timeout_s=SCRUB_RPC_TIMEOUT_S, short_circuit=False),
+                  client.node)
+    try:
+        for worker_id, worker in sorted(client.membership.refresh().workers.items()):
+            _scrub_worker_kv(io, worker_id, worker, budget, rate, totals)
+    finally:
+        io.close()
+
+
+def _scrub_worker_kv(io: WorkerIO, worker_id: str, worker: WorkerAddress, budget: int, rate: int,
+                     totals: ScrubTotals) -> None:
+    after = ""
+    while True:
+        try:
+            reply = frames.scrub_kv_page(io.call(worker, frames.Op.SCRUB_KV,
+                                                 frames.scrub_kv_request(after, budget, rate)).header)
+        except CurvineError as exc:
+            totals.errors.append(f"KV objects on worker {worker_id}: {exc.message}")
+            return
+        totals.kv_objects += reply.objects
+        totals.kv_bytes += reply.bytes
+        totals.kv_corrupt += [(worker_id, key) for key in reply.corrupt]
+        if reply.done:
+            return
+        if reply.next_after <= after:
+            totals.errors.append(f"KV objects on worker {worker_id}: the scrub made no progress after {after!r}")
+            return
+        after = reply.next_after
+
+
 def repair(master: MasterClient, deadline_s: float = REPAIR_DEADLINE_S) -> tuple[FsckReport, int, list[str]]:
     """Repair rounds until nothing is under-replicated or a round makes no progress. Returns the
     last reply, the copies made and the errors seen."""
@@ -127,7 +180,8 @@ def clean(reply: FsckReport, inventories: list[Inventory], scrubbed: ScrubTotals
     r = reply.replication
     found = not repaired and any(i.missing or i.orphans for i in inventories)
     if scrubbed is not None:
-        found = found or bool(scrubbed.errors) or (not repaired and bool(scrubbed.corrupt or scrubbed.missing))
+        found = found or bool(scrubbed.errors or scrubbed.kv_corrupt) or \
+            (not repaired and bool(scrubbed.corrupt or scrubbed.missing))
     return not reply.problems and not found and not r.under_replicated and not r.lost
 
 
@@ -147,6 +201,11 @@ def render(reply: FsckReport, inventories: list[Inventory], repaired: bool, copi
                      f"corrupt (dropped), {len(scrubbed.missing)} missing, {len(scrubbed.errors)} not checked, "
                      f"{scrubbed.skipped} on workers not live")
         lines += [_copy_line("CORRUPT", c) for c in scrubbed.corrupt[:SHOWN]]
+        lines.append(f"scrub: {scrubbed.kv_objects} KV objects verified ({scrubbed.kv_bytes} bytes), "
+                     f"{len(scrubbed.kv_corrupt)} corrupt (dropped: a get misses until it is put again)")
+        lines += [f"CORRUPT: KV object {key!r} on worker {worker}" for worker, key in scrubbed.kv_corrupt[:SHOWN]]
+        if len(scrubbed.kv_corrupt) > SHOWN:
+            lines.append(f"... and {len(scrubbed.kv_corrupt) - SHOWN} more corrupt KV objects (--json lists all)")
         lines += [_copy_line("MISSING", c) for c in scrubbed.missing[:SHOWN]]
         lines += [f"NOT CHECKED: {e}" for e in scrubbed.errors[:SHOWN]]
     lines += [f"METADATA: {problem}" for problem in reply.problems]
@@ -175,6 +234,8 @@ def main(argv: list[str]) -> int:
             reply = collect_inventories(client.master, delete_orphans=args.repair)
             inventories = list(reply.inventories)
             scrubbed = scrub(client.master, rate) if args.scrub else None
+            if scrubbed is not None:
+                scrub_kv(client, rate, scrubbed)
             copied, errors = 0, list[str]()
             if args.repair:
                 reply, copied, errors = repair(client.master)

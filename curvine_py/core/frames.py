@@ -27,6 +27,9 @@ Which DataHeader fields each op uses:
     PING          -> (status)
     SCRUB         key or block_id -> found, length, checksum: the stored copy re-read and verified
                   (found=false: not here); EIO: it failed verification (dropped, reported bad)
+    SCRUB_KV      key (cursor: a stored name, "" = start), length (byte budget), offset (rate, bytes/s)
+                  -> key (next cursor), found (done), length (bytes verified), hit_count (objects),
+                  keys (the corrupt objects' keys, each dropped)
 """
 from __future__ import annotations
 
@@ -63,6 +66,7 @@ class Op(enum.IntEnum):
     REPORT_BAD = 9
     PING = 10
     SCRUB = 11
+    SCRUB_KV = 12
 
 
 # Code -> Op for the decoder: a tuple index instead of the enum's call (a microsecond a frame) or a
@@ -109,6 +113,30 @@ def object_length(header: DataHeader, payload_length: int) -> int:
     if header.length + trailer_size(header.length) != payload_length:
         raise InvalidArgument(f"payload of {payload_length} bytes is not {header.length} bytes + their digest trailer")
     return header.length
+
+
+@dataclass(frozen=True, slots=True)
+class KvScrubPage:
+    """A SCRUB_KV reply as a value: the one place that maps the op's fields (see the table above),
+    so callers outside the data plane never touch the header's fields."""
+    next_after: str        # the cursor to resume from ("" when done)
+    done: bool
+    objects: int           # KV objects verified
+    bytes: int             # bytes verified
+    corrupt: tuple[str, ...]   # keys of the corrupt copies (dropped by the worker)
+
+
+def scrub_kv_request(after: str, budget: int, rate: int) -> DataHeader:
+    return DataHeader(key=after, length=budget, offset=rate)
+
+
+def scrub_kv_reply(page: KvScrubPage) -> DataHeader:
+    return DataHeader(key=page.next_after, found=page.done, hit_count=page.objects, length=page.bytes,
+                      keys=page.corrupt)
+
+
+def scrub_kv_page(reply: DataHeader) -> KvScrubPage:
+    return KvScrubPage(reply.key, reply.found, reply.hit_count, reply.length, tuple(reply.keys))
 
 
 @dataclass(frozen=True, slots=True)

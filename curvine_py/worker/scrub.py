@@ -44,6 +44,7 @@ class ScrubResult:
     length: int = 0
     checksum: int = 0
     reason: str = ""
+    key: str = ""          # the KV object's key as its header names it ("" for a block or no header)
 
 
 def scrub(store: Store, name: str, pace: Pace | None = None, checksum: int = 0) -> ScrubResult:
@@ -72,12 +73,36 @@ def scrub(store: Store, name: str, pace: Pace | None = None, checksum: int = 0) 
         except (Corrupt, OSError) as exc:
             reason = str(exc)
         else:
-            return ScrubResult(Verdict.GOOD, header.length, header.checksum)
+            return ScrubResult(Verdict.GOOD, header.length, header.checksum, key=header.key)
     if store.drop_if_current(name, entry) and wrong is not None:
         with store.lock:
             store.mismatched += 1
     log.error("scrub: %s failed verification (%s): dropped", name, reason)
-    return ScrubResult(Verdict.CORRUPT, header.length, header.checksum, reason)
+    return ScrubResult(Verdict.CORRUPT, header.length, header.checksum, reason, header.key)
+
+
+class Pacer:
+    """Keeps verification at `rate` bytes per second (0 = unlimited) from its creation on: called
+    with the bytes just read, it waits while it is ahead. Raises Stopped when `sleep` says stop.
+    The background Scrubber and the SCRUB_KV op (scrubkv.py) pace the same way."""
+
+    def __init__(self, rate: int, clock: Monotonic, sleep: Callable[[float], bool]) -> None:
+        self._rate = rate
+        self._clock = clock
+        self._sleep = sleep
+        self._started = clock()
+        self.done = 0
+
+    def __call__(self, read: int) -> None:
+        self.done += read
+        if self._rate:
+            ahead = self._started + self.done / self._rate - self._clock()
+            if ahead > 0 and self._sleep(ahead):
+                raise Stopped
+
+
+class Stopped(Exception):
+    """The pacer's sleep was cut short by a stop."""
 
 
 @dataclass(slots=True)
@@ -110,18 +135,7 @@ class Scrubber:
     def run_pass(self) -> ScrubStats:
         """One pass over a snapshot of the inventory; returns this pass's counts."""
         this = ScrubStats(passes=1)
-        started, done = self._clock(), 0
-
-        def pace(read: int) -> None:
-            nonlocal done
-            done += read
-            this.bytes += read
-            if self._rate:
-                ahead = started + done / self._rate - self._clock()
-                if ahead > 0 and self._sleep(ahead):
-                    self._stopped = True
-                    raise _Stopped
-
+        pace = Pacer(self._rate, self._clock, self._sleep)
         try:
             for name, _ in self._store.names():
                 if self._stopped:
@@ -131,8 +145,9 @@ class Scrubber:
                     this.files += 1
                 if result.verdict is Verdict.CORRUPT:
                     this.corrupt += 1
-        except _Stopped:
-            pass
+        except Stopped:
+            self._stopped = True
+        this.bytes = pace.done
         self.stats.passes += 1
         self.stats.files += this.files
         self.stats.bytes += this.bytes
@@ -163,6 +178,3 @@ class Scrubber:
             if self._sleep(self._pause_s):
                 return
 
-
-class _Stopped(Exception):
-    pass

@@ -33,6 +33,10 @@ the response bit and its request id; `errno` 0 = success):
     SCRUB         key, or block_id [checksum] when key is empty -> found (false: no copy here), length,
                   checksum of the copy, re-read and verified chunk by chunk (scrub.py). EIO: it
                   failed (dropped; a block is reported bad with the next heartbeat). For fsck --scrub.
+    SCRUB_KV      key (cursor: the stored name to continue after, "" = from the start), length (byte
+                  budget, 0 = 256 MiB), offset (verified bytes/s, 0 = unlimited) -> key (next cursor),
+                  found (true: the walk is done), length (bytes verified), hit_count (objects
+                  verified), keys (keys of the corrupt copies, dropped). scrubkv.py; fsck --scrub.
     PING          -> (errno 0).
 
 Short-circuit connections (unix socket, shortcircuit.py) answer GET and READ_BLOCK with the same
@@ -96,6 +100,7 @@ from curvine_py.worker.limits import UNBOUNDED, ConnectionGate, ServerLimits
 from curvine_py.worker.listener import ConnectionHandler, Listener, bind_tcp
 from curvine_py.worker.refuser import Refuser, error_frame
 from curvine_py.worker.scrub import Verdict, scrub
+from curvine_py.worker.scrubkv import scrub_page
 from curvine_py.worker.store import Store
 from curvine_py.worker.storedfile import StoredFile
 from curvine_py.worker.throttle import LogThrottle, log_throttled
@@ -173,6 +178,7 @@ class Session:
             frames.Op.REPORT_BAD: self._report_bad,
             frames.Op.PING: self._ping,
             frames.Op.SCRUB: self._scrub,
+            frames.Op.SCRUB_KV: self._scrub_kv,
         }
 
     def _wait_s(self) -> float:
@@ -508,6 +514,10 @@ class Session:
         return _Outcome(DataHeader(key=header.key, block_id=header.block_id,
                                    found=result.verdict is Verdict.GOOD, length=result.length,
                                    checksum=result.checksum))
+
+    def _scrub_kv(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
+        page = scrub_page(self._store, header.key, budget=header.length, rate=header.offset)
+        return _Outcome(frames.scrub_kv_reply(page))
 
     def _report_bad(self, prefix: frames.FramePrefix, header: DataHeader) -> _Outcome:
         if header.key:

@@ -83,3 +83,49 @@ def test_fsck_leaves_orphan_blocks_unless_told_to_repair(tmp_path: pathlib.Path)
         assert b"1 orphan blocks (deleted on the worker)" in fixed.stdout
         assert cli("fsck", "--master", cluster.master_address).returncode == 0
         assert not stored.exists()
+
+
+def object_path(cluster: Cluster, key: str) -> tuple[int, pathlib.Path]:
+    """The worker index and the stored file of the KV object `key` (its only copy)."""
+    name = layout.object_file_name(key)
+    found = [(i, cluster.worker_dir(i) / "kv" / layout.shard_dir(name) / name) for i in range(3)]
+    held = [(i, p) for i, p in found if p.exists()]
+    assert len(held) == 1, held
+    return held[0]
+
+
+def test_scrub_names_and_drops_corrupt_kv_objects(tmp_path: pathlib.Path) -> None:
+    # KV objects are not in the master's records: only the workers can find their bit flips.
+    size = 4 * 1024 * 1024
+    with Cluster(tmp_path, workers=3) as cluster:
+        client = cluster.client()
+        objects = {f"model/layer-{n}/chunk": random_bytes(size, seed=100 + n) for n in range(10)}
+        for key, data in objects.items():
+            client.kv.put(key, data)
+        bad = sorted(objects)[2:8]
+        holders = {}
+        for key in bad:
+            index, stored = object_path(cluster, key)
+            holders[key] = cluster.worker_id(index)
+            raw = bytearray(stored.read_bytes())
+            raw[len(raw) - size + size // 2] ^= 0x10      # one bit in the middle of the payload
+            stored.write_bytes(bytes(raw))
+        assert len(set(holders.values())) > 1, "the corrupt objects are spread over several workers"
+
+        found = cli("fsck", "--master", cluster.master_address, "--scrub", "--scrub-rate", "0")
+        out = found.stdout.decode()
+        assert found.returncode == 1, out + found.stderr.decode()
+        for key in bad:
+            assert f"CORRUPT: KV object {key!r} on worker {holders[key]}" in out, out
+        assert "10 KV objects verified" in out and "6 corrupt (dropped" in out, out
+
+        fresh = cluster.client()
+        for key, data in objects.items():
+            got = fresh.kv.get(key)
+            assert got is None if key in bad else got == data, key   # a miss, never wrong bytes
+
+        again = cli("fsck", "--master", cluster.master_address, "--scrub", "--json")
+        assert again.returncode == 0, again.stdout.decode() + again.stderr.decode()
+        report = json.loads(again.stdout)
+        assert report["clean"] is True and report["scrub"]["kvObjects"] == 4
+        assert report["scrub"]["kvCorrupt"] == []
