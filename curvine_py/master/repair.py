@@ -183,7 +183,10 @@ class Repairer:
             if copied or dropped:
                 before = self._store.call(self._changes)
                 state = self.scan()
-            self._idle_at = before if not state.under and not state.surplus else None
+            # Idle too when every live worker already holds each short block: only a new worker
+            # (a new epoch) can change that.
+            copyable = [b for b in state.under if len(b.holders) < len(live)]
+            self._idle_at = before if not copyable and not state.surplus else None
             return RoundResult(copied, failed, dropped, throttled, unplaceable, tuple(errors))
 
     def _changes(self) -> tuple[int, int]:
@@ -195,6 +198,12 @@ class Repairer:
         targets = placement.choose_workers(block.block_id, candidates, block.wanted - len(block.holders),
                                            block.placement, "")
         if not targets:
+            if len(block.holders) >= len(live):   # every live worker already holds a copy
+                message = (f"block {block.block_id:x} has {len(block.holders)} of {block.wanted} copies: "
+                           f"cannot repair: only {len(live)} live workers")
+                if message not in errors:
+                    errors.append(message)
+                self._stats = dataclasses.replace(self._stats, last_error=message)
             return None
         sources = list(block.holders)
         ok = True
