@@ -202,7 +202,8 @@ def render(reply: FsckReport, inventories: list[Inventory], repaired: bool, copi
                      f"{scrubbed.skipped} on workers not live")
         lines += [_copy_line("CORRUPT", c) for c in scrubbed.corrupt[:SHOWN]]
         lines.append(f"scrub: {scrubbed.kv_objects} KV objects verified ({scrubbed.kv_bytes} bytes), "
-                     f"{len(scrubbed.kv_corrupt)} corrupt (dropped: a get misses until it is put again)")
+                     f"{len(scrubbed.kv_corrupt)} corrupt (dropped, never served: a get misses unless "
+                     "another replica holds the key)")
         lines += [f"CORRUPT: KV object {key!r} on worker {worker}" for worker, key in scrubbed.kv_corrupt[:SHOWN]]
         if len(scrubbed.kv_corrupt) > SHOWN:
             lines.append(f"... and {len(scrubbed.kv_corrupt) - SHOWN} more corrupt KV objects (--json lists all)")

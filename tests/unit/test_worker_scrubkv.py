@@ -11,7 +11,7 @@ import pytest
 
 from curvine_py.core import frames
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
-from curvine_py.worker.scrubkv import scrub_page
+from curvine_py.worker.scrubkv import scrub_page, unreadable
 from curvine_py.worker.server import DataServer, WorkerState
 from curvine_py.worker.store import Store
 from tests.unit.test_worker_scrub import MiB, flip_bit, object_path
@@ -49,6 +49,17 @@ def test_pages_cover_every_object_once_and_drop_the_corrupt_ones(store: Store) -
     assert store.open_object("k0") is not None and store.contains_block(7)
     again = scrub_page(store, "", budget=0, rate=0)
     assert again.done and again.objects == 6 and again.corrupt == ()
+
+
+def test_an_object_with_an_unreadable_header_is_named_by_its_file(store: Store) -> None:
+    store.put_object("k", os.urandom(MiB))
+    path = object_path(store, "k")
+    with open(path, "r+b") as fh:
+        fh.write(b"\xff" * 64)                         # the header's fixed part, key included
+    page = scrub_page(store, "", budget=0, rate=0)
+    assert page.done and page.objects == 1
+    assert page.corrupt == (unreadable(f"kv/{os.path.basename(path)}"),)
+    assert not os.path.exists(path)
 
 
 def test_the_rate_is_held(store: Store) -> None:
