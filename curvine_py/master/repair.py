@@ -200,7 +200,7 @@ class Repairer:
         if not targets:
             if len(block.holders) >= len(live):   # every live worker already holds a copy
                 message = (f"block {block.block_id:x} has {len(block.holders)} of {block.wanted} copies: "
-                           f"cannot repair: only {len(live)} live workers")
+                           f"cannot repair: only {len(live)} live worker{'' if len(live) == 1 else 's'}")
                 if message not in errors:
                     errors.append(message)
                 self._stats = dataclasses.replace(self._stats, last_error=message)

@@ -34,10 +34,10 @@ def test_one_live_worker_under_a_two_replica_directory(cluster1: Cluster) -> Non
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)   # type: ignore[no-any-return]
     assert int(report()["replication"]["underReplicated"]) == 3
-    wait_until(lambda: "only 1 live workers" in report()["replication"]["lastError"], 30,
+    wait_until(lambda: "only 1 live worker" in report()["replication"]["lastError"], 30,
                "a repair round says why it cannot repair")
     text = cli("report", *master).stdout.decode()
-    assert "3 under-replicated" in text and "cannot repair: only 1 live workers" in text
+    assert "3 under-replicated" in text and "cannot repair: only 1 live worker" in text
 
     found = cli("fsck", *master, "--json")
     assert found.returncode != 0
