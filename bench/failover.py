@@ -5,7 +5,7 @@ Subject: two masters on one PostgreSQL database (a throwaway cluster, tests/pgse
 long-lived client with both addresses (made before the event, used throughout); then the time until
 the first create through the list succeeds, for three events:
 - kill -9 of the leader (the standby takes the advisory lock, builds the master, takes the port over);
-- SIGSTOP of the leader (issue 24: its session stays open; its leader lease runs out, the standby
+- SIGSTOP of the leader (its session stays open; its leader lease runs out, the standby
   ends that session and takes over; the client's keepalive and who-leads probe move it there). The
   stopped leader is then continued and must step down (exit 3);
 - a PostgreSQL restart (fast shutdown, started again at once): every session is cut, one master
@@ -201,7 +201,7 @@ def doc_body(result: dict[str, Any]) -> str:
         "",
         (f"A restart by hand takes {ratio['median']:.2f}x the standby's takeover "
         f"(per-repeat ratios {ratio['min']:.2f}-{ratio['max']:.2f}x), and it needs someone or "
-        "something to start the process; with a standby nobody has to. Target (issue 12): the other "
+        "something to start the process; with a standby nobody has to. Target: the other "
         f"master serves within 5 s: {'met' if takeover['median'] < 5 else 'missed'}."),
         *([f"Issue 24 (a hung leader): the same client creates again within 10 s (target 5 s) of a "
            f"SIGSTOP: median {result['standby_after_sigstop_s']['median']:.2f} s, "

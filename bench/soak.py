@@ -1,6 +1,6 @@
 """Soak: N concurrent clients of mixed KV and file operations against a real cluster (1 master + 3
 workers, tests/harness.py) for a duration; every byte read is verified, every error counted, the
-RSS of every daemon sampled (issue 11, "Load").
+RSS of every daemon sampled.
 
     .venv/bin/curvine-py bench soak                     # 64 clients, 600 s: bench/results/soak.json
     .venv/bin/curvine-py bench soak --clients 16 --duration 60 --quick

@@ -1,4 +1,4 @@
-"""The leader lease of a master on PostgreSQL (issue 24): a stopped, partitioned or wedged leader
+"""The leader lease of a master on PostgreSQL: a stopped, partitioned or wedged leader
 loses the leadership within a bound, and never writes after its lease.
 
 The advisory lock on the writer session (store/pgengine.py) is what makes one master the writer,
