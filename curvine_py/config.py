@@ -52,6 +52,7 @@ class MasterConfig:
     repair_rate: int = 64 * MiB     # bytes/s re-replication copies through the master; 0 = off
     metrics_port: int = 0           # Prometheus /metrics (observe/); 0 = off, -1 = any free port
     status_port: int = 0            # read-only HTML status page; 0 = off, -1 = any free port
+    metrics_host: str = ""          # the address /metrics and the status page bind; "" = host
     advertise: str = ""             # HOST:PORT standby masters name for this one; default: host:port
     leader_lease_ms: int = 3000     # PostgreSQL: a leader that did not renew this long is replaced
     log_level: str = "INFO"         # DEBUG, INFO, WARNING...
@@ -92,6 +93,7 @@ class WorkerConfig:
     free_space_ratio: float = 0.10    # each data dir leaves this share of its file system free
     scrub_rate: int = 0               # background scrub, bytes/s re-read and verified; 0 = off
     metrics_port: int = 0             # Prometheus /metrics (observe/); 0 = off, -1 = any free port
+    metrics_host: str = ""            # the address /metrics binds; "" = host
     profile_dir: str = ""             # cProfile each data-plane connection into this dir; "" = off
 
 

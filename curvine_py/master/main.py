@@ -35,7 +35,7 @@ from curvine_py.master.standby import EXIT_LOST_LEADERSHIP, wait_for_leadership
 from curvine_py.master.storethread import StoreThread
 from curvine_py.master.types import StorageClass
 from curvine_py.observe.logs import add_log_format_flag, setup_logging
-from curvine_py.observe.roles import MasterObservability, add_metrics_flag, add_status_flag
+from curvine_py.observe.roles import MasterObservability, add_metrics_flag, add_metrics_host_flag, add_status_flag
 from curvine_py.rpc.tls import add_tls_options, tls_files
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING... (env CURVINE_LOG_LEVEL; default INFO)")
     add_log_format_flag(p)
     add_metrics_flag(p)
+    add_metrics_host_flag(p)
     add_status_flag(p)
     return p.parse_args(argv)
 
@@ -92,6 +93,7 @@ def load_config(args: argparse.Namespace) -> config.MasterConfig:
         "dir_lease_ms": args.dir_lease_ms, "unlink_grace_ms": args.unlink_grace_ms,
         "session_timeout_ms": args.session_timeout_ms, "leader_lease_ms": args.leader_lease_ms,
         "metrics_port": args.metrics_port, "status_port": args.status_port, "log_level": args.log_level,
+        "metrics_host": args.metrics_host,
         "block_size": config.parse_size(args.block_size) if args.block_size else None,
         "repair_rate": config.parse_size(args.repair_rate) if args.repair_rate else None,
     }
@@ -242,7 +244,7 @@ def serve(cfg: config.MasterConfig, url: MetaURL | None = None) -> int:
         store.call(ns.set_leader_address, advertised_address(cfg.host, port, cfg.advertise))
         log.info("serving on %s (data %s, cluster %s, epoch %d, lease %d ms, block size %d)", address,
                  data_dir, ns.cluster_id, membership.epoch, cfg.lease_ms, cfg.block_size)
-        fields = observability.start(stack, host=cfg.host, metrics_port=cfg.metrics_port,
+        fields = observability.start(stack, host=cfg.host, bind=cfg.metrics_host, metrics_port=cfg.metrics_port,
                                      status_port=cfg.status_port, master_port=port, token=cfg.token,
                                      tls=tls_files(cfg))
         service.metrics_port, service.status_port = observability.metrics_port, observability.status_port

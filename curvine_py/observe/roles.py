@@ -53,6 +53,11 @@ def add_metrics_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=int, help=METRICS_HELP)
 
 
+def add_metrics_host_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics-host", help="address the /metrics (and status) ports bind, e.g. a "
+                                               "management network's or 127.0.0.1 (default: --host)")
+
+
 def add_status_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status-port", type=int, help=STATUS_HELP)
 
@@ -104,8 +109,9 @@ class MasterObservability:
         return self._membership()
 
     def start(self, stack: contextlib.ExitStack, *, host: str, metrics_port: int, status_port: int,
-              master_port: int, token: str, tls: TlsFiles | None = None) -> str:
-        """Starts the endpoints that are on; returns the ready-line fields for them."""
+              master_port: int, token: str, tls: TlsFiles | None = None, bind: str = "") -> str:
+        """Starts the endpoints that are on, on `bind` (default `host`, the master's own address);
+        returns the ready-line fields for them."""
         check_port(metrics_port, "--metrics-port")
         check_port(status_port, "--status-port")
         if not metrics_port and not status_port:
@@ -124,15 +130,16 @@ class MasterObservability:
 
         self._membership = gauges
         fields = ""
-        exporter = serve_metrics(host, metrics_port, self.metrics.registry)
+        bind = bind or host
+        exporter = serve_metrics(bind, metrics_port, self.metrics.registry)
         if exporter is not None:
             stack.callback(exporter.close)
-            fields += ready_field("metrics", host, exporter.port)
+            fields += ready_field("metrics", bind, exporter.port)
             self.metrics_port = exporter.port
-        page = serve_status(host, status_port, cached(master_source(master)), refresh_s=STATUS_REFRESH_S)
+        page = serve_status(bind, status_port, cached(master_source(master)), refresh_s=STATUS_REFRESH_S)
         if page is not None:
             stack.callback(page.close)
-            fields += ready_field("status", host, page.port)
+            fields += ready_field("status", bind, page.port)
             self.status_port = page.port
         return fields
 

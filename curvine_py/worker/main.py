@@ -23,7 +23,13 @@ from curvine_py.config import WorkerConfig
 from curvine_py.core.errors import CurvineError, InvalidArgument
 from curvine_py.observe.logs import add_log_format_flag, setup_logging
 from curvine_py.observe.metrics import WorkerMetrics
-from curvine_py.observe.roles import add_metrics_flag, ready_field, start_exporter, worker_metrics
+from curvine_py.observe.roles import (
+    add_metrics_flag,
+    add_metrics_host_flag,
+    ready_field,
+    start_exporter,
+    worker_metrics,
+)
 from curvine_py.rpc.tls import add_tls_options, server_context, tls_files
 from curvine_py.worker.evictor import Evictor
 from curvine_py.worker.heartbeat import Advertised, Heartbeater
@@ -90,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     add_log_format_flag(p)
     add_metrics_flag(p)
+    add_metrics_host_flag(p)
     return p
 
 
@@ -238,7 +245,7 @@ def main(argv: list[str]) -> int:
                 lm_port = start_lm_server(cfg, node, teardown, limits, gate, metrics)
             host = advertised_host(cfg.host)
             # Before registering: the master lists the metrics port in its report (report --json).
-            metrics_port = start_exporter(teardown, cfg.host, cfg.metrics_port, metrics.registry)
+            metrics_port = start_exporter(teardown, cfg.metrics_host or cfg.host, cfg.metrics_port, metrics.registry)
             advertised = Advertised(worker_id=worker_id, host=host, port=port, unix_socket=unix_path,
                                     node=node, lm_port=lm_port, metrics_port=metrics_port)
             heartbeat = Heartbeater(store, state, advertised, master=cfg.master, token=cfg.token,
@@ -252,7 +259,7 @@ def main(argv: list[str]) -> int:
                 log.info("stopped before registering with the master")
                 return 0
             lm = f" lm={listen_host(cfg.lm_host)}:{lm_port}" if lm_port else ""
-            lm += ready_field("metrics", cfg.host, metrics_port)
+            lm += ready_field("metrics", cfg.metrics_host or cfg.host, metrics_port)
             print(f"worker={host}:{port} id={worker_id}{lm}", flush=True)
             while not stop.wait(1.0):
                 pass
