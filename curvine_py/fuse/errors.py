@@ -33,6 +33,8 @@ _FUSE_ERRNO: dict[int, int] = {
     E.EHOSTUNREACH: E.EIO,
     E.ECONNREFUSED: E.EIO,
     E.ECONNRESET: E.EIO,
+    E.ENOTCONN: E.EIO,        # a program would read it as "the mount is dead"; it is a peer's socket
+    E.ENETUNREACH: E.EIO,
     E.EPIPE: E.EIO,
     E.EPROTO: E.EIO,
 }

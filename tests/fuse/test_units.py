@@ -50,6 +50,8 @@ def test_inode_map_makes_the_mounted_directory_inode_1() -> None:
 def test_errno_table_and_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
     assert fuse_errno(errno.EHOSTUNREACH) == errno.EIO and fuse_errno(errno.ETIMEDOUT) == errno.ETIMEDOUT
     assert fuse_errno(errno.ENOENT) == errno.ENOENT
+    # A peer's socket gone is an I/O error, never ENOTCONN (which reads as "the mount is dead").
+    assert fuse_errno(errno.ENOTCONN) == fuse_errno(errno.ENETUNREACH) == errno.EIO
 
     @boundary
     async def handler(exc: BaseException) -> None:
