@@ -29,6 +29,13 @@ def replica_count(storage_class: StorageClass, replicas: int, live: int, durable
     return max(0, min(wanted, live))
 
 
+def copies_wanted(storage_class: StorageClass, replicas: int, live: int, durable_default: int) -> int:
+    """How many copies a block should have, for the replica accounting: an explicit count stands
+    even above the live workers (a block short of it is under-replicated, not healthy); the
+    defaults are bounded by them as replica_count's, so a one-worker cluster is not in alarm."""
+    return replicas if replicas > 0 else replica_count(storage_class, replicas, live, durable_default)
+
+
 def choose_workers(block_id: int, live: Sequence[WorkerInfo], count: int, placement: str,
                    client_node: str) -> list[str]:
     """`count` distinct worker ids, best first. "local": the writer's node first (if it runs a live

@@ -28,7 +28,7 @@ class BlockCopies:
     length: int
     block_size: int
     holders: tuple[str, ...]      # live workers with a copy
-    wanted: int                   # the policy's replica count, bounded by the live workers
+    wanted: int                   # placement.copies_wanted: explicit counts unbounded
     storage_class: StorageClass
     ttl_ms: int
     placement: str
@@ -88,7 +88,7 @@ class Replication(Policies):
                 policies[directory] = (policy.storage_class, policy.replicas, policy.ttl_ms, policy.placement)
             storage_class, replicas, ttl_ms, where = policies[directory]
             holders = tuple(sorted(w for w in str(workers or "").split(",") if w in live))
-            wanted = placement.replica_count(storage_class, replicas, len(live), self.durable_replicas)
+            wanted = placement.copies_wanted(storage_class, replicas, len(live), self.durable_replicas)
             copies = BlockCopies(int(block_id), int(ino), int(index), int(length),
                                  int(block_size) or self.block_size, holders, wanted, storage_class,
                                  int(ttl_ms), where, _u64_from_db(checksum))

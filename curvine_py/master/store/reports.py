@@ -1,20 +1,16 @@
 """Block reports and pending deletions: a worker's full report reconciled against the block
-table, deletions handed out to workers, locations dropped by eviction or corruption; and the
-blocks short of their directory's explicit replica count when there are too few live workers to
-hold that many copies (still under-replicated: report and fsck must say so, not hide it).
+table, deletions handed out to workers, locations dropped by eviction or corruption.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from curvine_py.master.store.db import MAX_ID, SQLITE, _chunks, _u64_from_db
+from curvine_py.master.store.db import MAX_ID, SQLITE, _chunks
 from curvine_py.master.store.policy import Policies
 from curvine_py.master.store.quotas import Quotas, new_charges
-from curvine_py.master.store.replication import BlockCopies, Replication, ReplicationState
 from curvine_py.master.types import (
     Evicted,
-    Policy,
     StorageClass,
 )
 
@@ -27,43 +23,8 @@ class Reconciled:
     delete: tuple[int, ...]      # blocks the worker holds that nothing references (orphans)
     missing: int                 # recorded copies the worker did not report (dropped)
 
-class BlockReports(Replication, Policies, Quotas):
+class BlockReports(Policies, Quotas):
     """What workers tell the master about the blocks they hold."""
-
-    def replication_state(self, live: set[str]) -> ReplicationState:
-        """As Replication's, with the blocks whose explicit replica count is above the live
-        workers and which have fewer live copies than it counted under-replicated too (with that
-        count as `wanted`): the bounded count would call them healthy while a single copy is
-        left. Lost blocks stay lost; the default durable count stays bounded by the live workers."""
-        state = super().replication_state(live)
-        if self._db.execute("SELECT 1 FROM inodes WHERE type = 2 AND p_replicas > ? LIMIT 1",
-                            (len(live),)).fetchone() is None:
-            return state      # no directory asks for more copies than there are live workers
-        listed = {c.block_id for c in state.under + state.lost + state.surplus}
-        short: list[BlockCopies] = []
-        policies: dict[int, Policy] = {}
-        rows = self._db.execute(
-            "SELECT b.block_id, b.ino, b.idx, b.length, i.block_size, i.parent, group_concat(l.worker_id), "
-            "b.checksum FROM blocks b JOIN inodes i ON i.ino = b.ino AND i.orphan = 0 "
-            "JOIN locations l ON l.block_id = b.block_id "
-            "GROUP BY b.block_id, b.ino, b.idx, b.length, i.block_size, i.parent, b.checksum").fetchall()
-        for block_id, ino, index, length, block_size, parent, workers, checksum in rows:
-            if int(block_id) in listed:
-                continue
-            if int(parent) not in policies:
-                policies[int(parent)] = self._effective(int(parent))[0]
-            policy = policies[int(parent)]
-            holders = tuple(sorted(w for w in str(workers).split(",") if w in live))
-            if holders and len(holders) < policy.replicas:
-                short.append(BlockCopies(int(block_id), int(ino), int(index), int(length),
-                                         int(block_size) or self.block_size, holders, policy.replicas,
-                                         policy.storage_class, int(policy.ttl_ms), policy.placement,
-                                         _u64_from_db(checksum)))
-        if not short:
-            return state
-        under = sorted(state.under + tuple(short),
-                       key=lambda c: (len(c.holders) - c.wanted, len(c.holders), c.block_id))
-        return replace(state, under=tuple(under))
 
     def reconcile_report(self, worker_id: str, block_ids: Iterable[int]) -> Reconciled:
         """A worker's full block report at registration. Known blocks get this worker as a location,
