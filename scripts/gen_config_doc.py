@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import difflib
 import importlib
+import inspect
 import io
 import os
 import pathlib
@@ -94,7 +95,7 @@ def _default_source(node: ast.expr | None) -> ast.expr | None:
 
 
 def settings_of(cls: type[Any]) -> list[Setting]:
-    source = CONFIG_SOURCE.read_text()
+    source = pathlib.Path(inspect.getfile(cls)).read_text()
     comments = _comments(source)
     [klass] = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == cls.__name__]
     hints = get_type_hints(cls)
@@ -147,6 +148,20 @@ def loaded_sections() -> dict[str, dict[str, list[str]]]:
     return found
 
 
+def config_classes() -> dict[str, type[Any]]:
+    """Every settings class: config.py's own, then each one a role module defines and loads
+    (`load(RouterConfig, section="router")` in curvine_py/router/settings.py), by name."""
+    found: dict[str, type[Any]] = {
+        name: obj for name, obj in vars(config).items()
+        if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == config.__name__}
+    for name, by_section in loaded_sections().items():
+        for module in (m for users in by_section.values() for m in users):
+            obj = getattr(importlib.import_module(module), name, None)
+            if name not in found and isinstance(obj, type) and dataclasses.is_dataclass(obj):
+                found[name] = obj
+    return found
+
+
 def _imports(tree: ast.Module) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -179,6 +194,7 @@ def setting_flags() -> dict[str, dict[str, list[tuple[str, str]]]]:
     for that setting, else the flag of the setting's name."""
     trees = dict(_python_files())
     sections = loaded_sections()
+    classes = config_classes()
     found: dict[str, dict[str, list[tuple[str, str]]]] = {}
     for command in DOCUMENTED_COMMANDS:
         module = SUBCOMMANDS[command][0]
@@ -192,7 +208,7 @@ def setting_flags() -> dict[str, dict[str, list[tuple[str, str]]]]:
         for cls_name, by_section in sections.items():
             if not near & {m for users in by_section.values() for m in users}:
                 continue
-            for f in dataclasses.fields(getattr(config, cls_name)):
+            for f in dataclasses.fields(classes[cls_name]):
                 dest = mapping.get(f.name) or (f.name if f.name not in taken else "")
                 if dest in options:
                     flags = found.setdefault(cls_name, {}).setdefault(f.name, [])
@@ -303,8 +319,9 @@ def _check_example(sections: dict[str, dict[str, list[str]]]) -> None:
     """The example must load: every key it sets exists in its section (token files are not read)."""
     table = tomllib.loads(EXAMPLE)
     by_section = {section: cls for cls, names in sections.items() for section in names}
+    classes = config_classes()
     for section, keys in table.items():
-        cls = getattr(config, by_section[section])
+        cls = classes[by_section[section]]
         unknown = set(keys) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise RuntimeError(f"the example's [{section}] sets unknown keys {sorted(unknown)}")
@@ -382,8 +399,7 @@ def _first_paragraph(text: str | None) -> str:
 
 def render() -> str:
     sections = loaded_sections()
-    classes = [obj for obj in vars(config).values()
-               if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == config.__name__]
+    classes = list(config_classes().values())
     _check_example(sections)
     out = [
         "# Configuration reference",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from curvine_py.config import load
 from curvine_py.router.index import DEFAULT_WEIGHTS
 
 
@@ -51,9 +52,5 @@ class RouterConfig:
     log_level: str = "INFO"
 
 
-SECTION = "router"   # a name, not a literal: scripts/gen_config_doc.py documents config.py's classes only
-
-
 def load_router_config(toml_path: str | None, flags: dict[str, object]) -> RouterConfig:
-    from curvine_py.config import load
-    return load(RouterConfig, section=SECTION, toml_path=toml_path, flags=flags)
+    return load(RouterConfig, section="router", toml_path=toml_path, flags=flags)
