@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_type_hints
 
 from curvine_py.core.errors import InvalidArgument
-from curvine_py.transport.blocking import is_loopback_address
+from curvine_py.core.addresses import is_loopback_address
 
 log = logging.getLogger(__name__)
 

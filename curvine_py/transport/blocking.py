@@ -6,7 +6,6 @@ Blocking sockets release the GIL in every syscall, so a thread per connection ov
 """
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 import ssl
@@ -15,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from curvine_py.core import frames
+from curvine_py.core.addresses import is_loopback_address
 from curvine_py.core.errors import ProtocolError, Timeout, Unavailable
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 
@@ -204,17 +204,6 @@ def set_fast_options(sock: socket.socket) -> None:
 
 # Congestion control for a connection that never leaves this host (see set_local_options).
 LOCAL_CONGESTION_CONTROL = b"reno"
-
-
-def is_loopback_address(host: str) -> bool:
-    """127.0.0.0/8, ::1 or ::ffff:127.x.y.z (a scope suffix such as %lo is ignored)."""
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback
-    return address.is_loopback
 
 
 def is_loopback_peer(sock: socket.socket) -> bool:

@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from curvine_py.core.errors import InvalidArgument, PermissionDenied
-from curvine_py.transport.blocking import is_loopback_address, is_loopback_peer
+from curvine_py.core.addresses import is_loopback_address
+from curvine_py.transport.blocking import is_loopback_peer
 from curvine_py.transport.peeruid import peer_uid
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -57,8 +57,6 @@ KNOWN_DEBT: dict[tuple[str, str], str] = {
     ("fuse/localfds.py", DATA_HEADER): HEADER_DECISION,
     ("fuse/blockrecv.py", DATA_HEADER): HEADER_DECISION,
     ("core/frames.py", "google.protobuf.message"): HEADER_DECISION + " (the codec types the message it decodes)",
-    ("config.py", "curvine_py.transport.blocking"):
-        "the loopback-address rule lives in transport/blocking.py; it belongs in core/ (a change config.py's owner makes)",
     ("observe/roles.py", "curvine_py.client.master"):
         "the master role's observability builds its own MasterClient; master/main.py should pass one in",
 }

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from curvine_py.client.dataconn import WorkerConnection
+from curvine_py.core.addresses import is_loopback_address
 from curvine_py.proto.curvine.v1.data_pb2 import DataHeader
 from curvine_py.transport import blocking
 from curvine_py.worker.listener import Listener, bind_tcp
@@ -49,7 +50,7 @@ def local_non_loopback_address() -> str | None:
         except OSError:
             return None
         address = str(probe.getsockname()[0])
-    return None if blocking.is_loopback_address(address) else address
+    return None if is_loopback_address(address) else address
 
 
 @pytest.mark.parametrize(("host", "loopback"), [
@@ -58,7 +59,7 @@ def local_non_loopback_address() -> str | None:
     ("2001:db8::1", False), ("localhost", False), ("", False), ("garbage", False),
 ])
 def test_loopback_addresses(host: str, loopback: bool) -> None:
-    assert blocking.is_loopback_address(host) is loopback
+    assert is_loopback_address(host) is loopback
 
 
 def test_loopback_peer_gets_reno() -> None:
